@@ -1,0 +1,48 @@
+# Entry points: `make lab site` (a simulated DGX Spark pair, provisioned) and `make test` (everything CI runs).
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+SCENARIOS := $(sort $(notdir $(wildcard molecule/*)))
+
+.PHONY: venv lab lab-down site lint sanity unit molecule test build bench
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+lab: venv
+	bash lab/lab.sh up
+
+lab-down:
+	bash lab/lab.sh down
+
+site: venv
+	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml site.yml
+
+lint: venv
+	$(BIN)/yamllint -s .
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint -q --profile production
+	$(BIN)/python tests/ci/check_argument_specs.py
+
+sanity: venv
+	VENV=$(CURDIR)/$(VENV) bash tests/ci/sanity.sh
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+build: venv
+	$(BIN)/ansible-galaxy collection build --force --output-path $(VENV)/build .
+
+molecule: venv
+	@for s in $(SCENARIOS); do \
+	  echo "== molecule test -s $$s"; \
+	  PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/molecule test -s $$s || exit 1; \
+	done
+
+bench: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH bash bench/run.sh
+
+test: lint unit sanity build molecule

@@ -1,0 +1,89 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Documentation only: the work is done by the action plugin of the same name on the controller.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: preflight_validate
+short_description: Validate the serving groups of a dspark.cluster inventory before anything changes
+version_added: 0.1.0
+description:
+  - Reads the C(dspark_*) variables of every host in the play and of every member of their serving groups,
+    and checks group shape (one head with C(dspark_rank=0), contiguous ranks, at least one worker, no host in
+    two groups, the whole group in the play), fabric addressing (valid, distinct, inside C(dspark_fabric_cidr)),
+    MTU range, tensor-parallel size = nodes x GPUs per node, ports, image reference, model id and revision,
+    and checkpoint mode.
+  - Every problem names the host or group, the variable, the bad value and the fix. All problems are reported
+    at once.
+  - Runs on the controller and never connects to a node.
+author:
+  - dspark.cluster contributors (@dspark)
+options:
+  play_hosts:
+    description: Hosts of the run. Defaults to C(ansible_play_hosts_all).
+    type: list
+    elements: str
+  mtu_min:
+    description: Lowest accepted C(dspark_fabric_mtu).
+    type: int
+    default: 1500
+  mtu_max:
+    description: Highest accepted C(dspark_fabric_mtu).
+    type: int
+    default: 9216
+  port_min:
+    description: Lowest accepted C(dspark_api_port) and C(dspark_master_port).
+    type: int
+    default: 1024
+  port_max:
+    description: Highest accepted port.
+    type: int
+    default: 65535
+  require_image_digest:
+    description: Fail, instead of warn, when C(dspark_image) is not pinned by digest.
+    type: bool
+    default: false
+  require_pinned_revision:
+    description: Fail, instead of warn, when C(dspark_model_revision) is not a 40-character commit id.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    description: Validates the same way in check mode; it never changes anything.
+    support: full
+  diff_mode:
+    description: Nothing to diff.
+    support: none
+  platform:
+    description: Runs on the controller.
+    support: full
+    platforms: posix
+requirements:
+  - netaddr (on the controller)
+notes:
+  - Run it once per play (C(run_once=true)); it validates every group the play touches.
+"""
+
+EXAMPLES = r"""
+- name: Validate the inventory before any change
+  dspark.cluster.preflight_validate:
+    require_image_digest: true
+  run_once: true
+"""
+
+RETURN = r"""
+groups:
+  description: The serving groups validated, with their head, members in rank order and world size.
+  returned: always
+  type: dict
+  sample: {"pair_a": {"head": "spark-head", "members": ["spark-head", "spark-worker"], "world_size": 2}}
+errors:
+  description: Every problem found; each names the host or group, the variable, the value and the fix.
+  returned: always
+  type: list
+  elements: str
+  sample: ["spark-worker: dspark_fabric_address='10.0.0.9' is outside dspark_fabric_cidr (192.168.100.0/24). Fix: ..."]
+"""

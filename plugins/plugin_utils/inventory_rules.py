@@ -1,0 +1,324 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pure validation rules for a dspark.cluster inventory (controller side, no Ansible imports).
+
+A serving group is one inventory group: a head (dspark_rank 0) and workers (ranks 1..N-1). Every
+rule returns findings that name the host or group, the variable, the bad value and the fix, so that
+the preflight role can stop a run before anything on a node changes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+try:
+    import netaddr
+
+    HAS_NETADDR = True
+except ImportError:  # reported by the action plugin, which needs netaddr on the controller
+    netaddr = None
+    HAS_NETADDR = False
+
+CHECKPOINT_MODES = ("nfs", "scp")
+
+# Values every member of a serving group must agree on: they describe the group, not the node.
+GROUP_WIDE_VARS = (
+    "dspark_fabric_cidr",
+    "dspark_fabric_mtu",
+    "dspark_gpus_per_node",
+    "dspark_tensor_parallel_size",
+    "dspark_api_port",
+    "dspark_master_port",
+    "dspark_image",
+    "dspark_model",
+    "dspark_model_revision",
+    "dspark_checkpoint_mode",
+)
+
+# Docker reference grammar (distribution/reference), reduced to what an operator writes.
+_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?"
+_COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
+_IMAGE_RE = re.compile(
+    r"^(?P<name>" + _DOMAIN + _COMPONENT + r"(?:/" + _COMPONENT + r")*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
+    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+_MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+# git check-ref-format, simplified: no spaces, control chars, '..', '~^:?*[\\', no leading '-' or '/'.
+_REF_RE = re.compile(r"^(?!-)(?!/)(?!.*\.\.)(?!.*//)[^\s~^:?*\[\\\x00-\x1f\x7f]+(?<!/)(?<!\.lock)(?<!\.)$")
+_IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+
+
+@dataclass
+class Settings:
+    """Limits that come from the preflight role's variables."""
+
+    mtu_min: int = 1500
+    mtu_max: int = 9216
+    port_min: int = 1024
+    port_max: int = 65535
+    require_image_digest: bool = False
+    require_pinned_revision: bool = False
+
+
+@dataclass
+class Findings:
+    errors: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+
+    def error(self, where, var, value, problem, fix):
+        self.errors.append(_message(where, var, value, problem, fix))
+
+    def warn(self, where, var, value, problem, fix):
+        self.warnings.append(_message(where, var, value, problem, fix))
+
+
+def _message(where, var, value, problem, fix):
+    if value is None:
+        return "%s: %s is not set (%s). Fix: %s" % (where, var, problem, fix)
+    return "%s: %s=%r %s. Fix: %s" % (where, var, value, problem, fix)
+
+
+def _as_int(value):
+    """Integers only: a bool or '9000.5' is a typo, not a number."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
+        return int(value)
+    return None
+
+
+def check_image(ref, settings, findings, where):
+    var = "dspark_image"
+    if not isinstance(ref, str) or not ref.strip():
+        findings.error(where, var, ref, "is empty", "set the serving image, e.g. ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:<64 hex>")
+        return
+    match = _IMAGE_RE.match(ref)
+    if not match:
+        findings.error(where, var, ref, "is not a valid image reference",
+                       "write it as registry/name[:tag][@sha256:<64 lower-case hex>]")
+        return
+    if not match.group("digest"):
+        report = findings.error if settings.require_image_digest else findings.warn
+        report(where, var, ref, "is not pinned by digest, so nodes may run different builds",
+               "append @sha256:<digest> (docker buildx imagetools inspect <ref> prints it)")
+
+
+def check_model(model, revision, settings, findings, where):
+    if not isinstance(model, str) or not _MODEL_RE.match(model):
+        findings.error(where, "dspark_model", model, "is not a Hugging Face model id",
+                       "write it as organisation/name, e.g. deepseek-ai/DeepSeek-V4-Flash-0731")
+    var = "dspark_model_revision"
+    if not isinstance(revision, str) or not revision.strip():
+        findings.error(where, var, revision, "is empty, which would serve whatever the tip of main is today",
+                       "pin the 40-character commit id of the checkpoint")
+        return
+    if _COMMIT_RE.match(revision):
+        return
+    if not _REF_RE.match(revision):
+        findings.error(where, var, revision, "is not a valid git revision",
+                       "use a 40-character lower-case commit id (or a branch/tag name without spaces or ~^:?*[)")
+        return
+    report = findings.error if settings.require_pinned_revision else findings.warn
+    report(where, var, revision, "is a branch or tag, not a pinned commit, so the checkpoint can change under you",
+           "use the 40-character commit id")
+
+
+def check_port(var, value, settings, findings, where):
+    port = _as_int(value)
+    if port is None or not settings.port_min <= port <= settings.port_max:
+        findings.error(where, var, value, "is not a port in %d-%d" % (settings.port_min, settings.port_max),
+                       "choose a free TCP port in %d-%d" % (settings.port_min, settings.port_max))
+        return None
+    return port
+
+
+def check_group_values(name, values, settings, findings):
+    """Rules on the group-wide values (already checked to agree across members)."""
+    where = "group %s" % name
+    mtu = _as_int(values.get("dspark_fabric_mtu"))
+    if mtu is None or not settings.mtu_min <= mtu <= settings.mtu_max:
+        findings.error(where, "dspark_fabric_mtu", values.get("dspark_fabric_mtu"),
+                       "is outside %d-%d" % (settings.mtu_min, settings.mtu_max),
+                       "use 9000 when every hop of the direct ConnectX link carries jumbo frames")
+    api = check_port("dspark_api_port", values.get("dspark_api_port"), settings, findings, where)
+    master = check_port("dspark_master_port", values.get("dspark_master_port"), settings, findings, where)
+    if api is not None and api == master:
+        findings.error(where, "dspark_master_port", master, "equals dspark_api_port; both listen on the head",
+                       "give the rendezvous (master) port and the API port different values, e.g. 25000 and 8888")
+    mode = values.get("dspark_checkpoint_mode")
+    if mode not in CHECKPOINT_MODES:
+        findings.error(where, "dspark_checkpoint_mode", mode, "is not a known checkpoint mode",
+                       "choose one of: %s" % ", ".join(CHECKPOINT_MODES))
+    check_image(values.get("dspark_image"), settings, findings, where)
+    check_model(values.get("dspark_model"), values.get("dspark_model_revision"), settings, findings, where)
+
+
+def check_tensor_parallel(name, values, size, findings):
+    where = "group %s" % name
+    gpus = _as_int(values.get("dspark_gpus_per_node"))
+    if gpus is None or gpus < 1:
+        findings.error(where, "dspark_gpus_per_node", values.get("dspark_gpus_per_node"), "is not a positive integer",
+                       "set the number of GPUs per node (1 on a DGX Spark)")
+        return
+    tp = _as_int(values.get("dspark_tensor_parallel_size"))
+    if tp != size * gpus:
+        findings.error(where, "dspark_tensor_parallel_size", values.get("dspark_tensor_parallel_size"),
+                       "does not equal nodes x GPUs per node (%d x %d = %d)" % (size, gpus, size * gpus),
+                       "set dspark_tensor_parallel_size: %d, or add/remove nodes in the group" % (size * gpus))
+
+
+def check_fabric(name, members, values, findings):
+    """Addresses valid, distinct, inside the group's CIDR; interface names plausible."""
+    where = "group %s" % name
+    cidr = values.get("dspark_fabric_cidr")
+    network = None
+    try:
+        if not isinstance(cidr, str) or "/" not in cidr:
+            raise ValueError
+        network = netaddr.IPNetwork(cidr)
+        if network.version != 4:
+            raise ValueError
+    except (netaddr.AddrFormatError, ValueError, TypeError):
+        network = None
+        findings.error(where, "dspark_fabric_cidr", cidr, "is not an IPv4 network in CIDR form",
+                       "write it as address/prefix, e.g. 192.168.100.0/24")
+    if network is not None and str(network.cidr) != str(network):
+        findings.error(where, "dspark_fabric_cidr", cidr, "has host bits set",
+                       "use the network address %s" % network.cidr)
+        network = network.cidr
+    seen = {}
+    for node in members:
+        host = node["host"]
+        iface = node.get("dspark_fabric_interface")
+        if not isinstance(iface, str) or not _IFNAME_RE.match(iface):
+            findings.error(host, "dspark_fabric_interface", iface, "is not a Linux interface name",
+                           "set the ConnectX netdev that carries the fabric address, e.g. enp1s0f1np1")
+        raw = node.get("dspark_fabric_address")
+        try:
+            addr = netaddr.IPAddress(str(raw), flags=netaddr.INET_PTON)
+            if addr.version != 4:
+                raise ValueError
+        except (netaddr.AddrFormatError, ValueError, TypeError):
+            findings.error(host, "dspark_fabric_address", raw, "is not an IPv4 address",
+                           "set this node's address on the fabric, inside dspark_fabric_cidr (%s)" % cidr)
+            continue
+        if addr in seen:
+            findings.error(host, "dspark_fabric_address", raw, "is also the address of %s" % seen[addr],
+                           "give every node of the group its own fabric address")
+        seen.setdefault(addr, host)
+        if network is None:
+            continue
+        if addr not in network:
+            findings.error(host, "dspark_fabric_address", raw, "is outside dspark_fabric_cidr (%s)" % network,
+                           "choose an address inside %s or correct dspark_fabric_cidr" % network)
+        elif network.prefixlen < 31 and addr in (network.network, network.broadcast):
+            findings.error(host, "dspark_fabric_address", raw,
+                           "is the network or broadcast address of %s" % network,
+                           "use a host address between %s and %s" % (network[1], network[-2]))
+
+
+def check_ranks(name, members, findings):
+    """One head (rank 0), contiguous ranks 0..N-1, at least one worker."""
+    where = "group %s" % name
+    ranks = {}
+    for node in members:
+        rank = _as_int(node.get("dspark_rank"))
+        if rank is None:
+            findings.error(node["host"], "dspark_rank", node.get("dspark_rank"), "is not a non-negative integer",
+                           "set 0 on the head and 1..N-1 on the workers")
+            continue
+        ranks.setdefault(rank, []).append(node["host"])
+    heads = ranks.get(0, [])
+    if len(heads) > 1:
+        findings.error(where, "dspark_rank", 0, "is set on %d hosts (%s): a group has exactly one head"
+                       % (len(heads), ", ".join(sorted(heads))), "keep dspark_rank: 0 on one host only")
+    elif not heads and ranks:
+        findings.error(where, "dspark_rank", sorted(ranks), "has no head", "set dspark_rank: 0 on the head node")
+    for rank, hosts in sorted(ranks.items()):
+        if rank and len(hosts) > 1:
+            findings.error(where, "dspark_rank", rank, "is set on %s" % ", ".join(sorted(hosts)),
+                           "give every worker its own rank")
+    if len(members) < 2:
+        findings.error(where, "members", [n["host"] for n in members],
+                       "has no worker: a serving group needs a head and at least one worker",
+                       "add the worker host(s) to inventory group %s with dspark_rank 1..N-1" % name)
+    expected = list(range(len(members)))
+    if ranks and sorted(ranks) != expected and all(len(h) == 1 for h in ranks.values()):
+        findings.error(where, "dspark_rank", sorted(ranks), "is not contiguous from 0",
+                       "number the %d nodes 0..%d" % (len(members), len(members) - 1))
+
+
+def group_values(name, members, findings):
+    """The group-wide values, after checking that every member sees the same one."""
+    values = {}
+    for var in GROUP_WIDE_VARS:
+        seen = {}
+        for node in members:
+            seen.setdefault(repr(node.get(var)), []).append(node["host"])
+        if len(seen) > 1:
+            detail = "; ".join("%s on %s" % (v, ", ".join(h)) for v, h in sorted(seen.items()))
+            findings.error("group %s" % name, var, "differs", "between members (%s)" % detail,
+                           "set %s once in the group's vars, not per host" % var)
+        values[var] = members[0].get(var) if members else None
+    return values
+
+
+def validate(nodes, groups, play_hosts, settings=None):
+    """Validate every serving group that a host of the play belongs to.
+
+    nodes: host -> dict of that host's dspark_* variables plus 'group_names'.
+    groups: inventory group -> list of hosts (Ansible's `groups`).
+    play_hosts: the hosts this run targets.
+    Returns Findings plus, for the action plugin, a summary of the groups.
+    """
+    settings = settings or Settings()
+    findings = Findings()
+    if not HAS_NETADDR:
+        findings.errors.append("controller: python library netaddr is missing. Fix: pip install netaddr (see requirements.txt)")
+        return findings, {}
+    group_names = {}
+    for host in play_hosts:
+        name = nodes.get(host, {}).get("dspark_group")
+        if not isinstance(name, str) or not name:
+            findings.error(host, "dspark_group", name, "is not set",
+                           "put the host in a serving group whose vars set dspark_group to that group's name")
+        elif name not in groups:
+            findings.error(host, "dspark_group", name, "names no inventory group",
+                           "set dspark_group to the name of the inventory group that holds this host's serving group")
+        elif host not in groups[name]:
+            findings.error(host, "dspark_group", name, "names a group this host is not in",
+                           "add the host to group %s or correct dspark_group" % name)
+        else:
+            group_names.setdefault(name, None)
+    known = {n.get("dspark_group") for n in nodes.values() if isinstance(n.get("dspark_group"), str)}
+    for host in sorted(set(play_hosts)):
+        mine = sorted(g for g in nodes.get(host, {}).get("group_names", []) if g in known)
+        if len(mine) > 1:
+            findings.error(host, "group_names", mine, "puts the host in %d serving groups" % len(mine),
+                           "a node serves in exactly one group: remove it from all but one of %s" % ", ".join(mine))
+    summary = {}
+    for name in sorted(group_names):
+        members = [dict(nodes.get(h, {}), host=h) for h in groups[name]]
+        outside = sorted(h for h in groups[name] if h not in play_hosts)
+        if outside:
+            findings.error("group %s" % name, "limit", sorted(set(play_hosts) & set(groups[name])),
+                           "leaves out %s; a serving group changes as one unit" % ", ".join(outside),
+                           "run on the whole group (e.g. --limit %s) or fix the inventory" % name)
+        check_ranks(name, members, findings)
+        values = group_values(name, members, findings)
+        check_group_values(name, values, settings, findings)
+        check_tensor_parallel(name, values, len(members), findings)
+        check_fabric(name, members, values, findings)
+        ordered = sorted(members, key=lambda n: (_as_int(n.get("dspark_rank")) is None, _as_int(n.get("dspark_rank")) or 0))
+        summary[name] = {
+            "head": ordered[0]["host"] if ordered else None,
+            "members": [n["host"] for n in ordered],
+            "world_size": len(members),
+        }
+    return findings, summary

@@ -1,0 +1,61 @@
+"""The action shell: reads hostvars of the play and of whole serving groups, never connects."""
+
+from unittest.mock import MagicMock
+
+from ansible.playbook.task import Task
+from ansible.template import Templar
+
+from ansible_collections.dspark.cluster.plugins.action.preflight_validate import ActionModule
+
+BASE = {
+    "dspark_group": "pair_a", "dspark_fabric_cidr": "10.77.77.0/30", "dspark_fabric_interface": "enp1s0f1np1",
+    "dspark_fabric_mtu": 9000, "dspark_gpus_per_node": 1, "dspark_tensor_parallel_size": 2,
+    "dspark_api_port": 8888, "dspark_master_port": 25000,
+    "dspark_image": "ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:" + "b" * 64,
+    "dspark_model": "deepseek-ai/DeepSeek-V4-Flash-0731",
+    "dspark_model_revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb", "dspark_checkpoint_mode": "scp",
+}
+
+
+def make_action(args=None):
+    task = MagicMock(Task)
+    task.args = args or {}
+    task.async_val = 0
+    task.check_mode = False
+    connection = MagicMock()
+    connection._shell = MagicMock()
+    return ActionModule(task, connection, MagicMock(), loader=None, templar=Templar(loader=None), shared_loader_obj=None), connection
+
+
+def task_vars(worker_address="10.77.77.2", play=("a-head", "a-worker")):
+    hostvars = {
+        "a-head": dict(BASE, dspark_rank=0, dspark_fabric_address="10.77.77.1", group_names=["dspark", "pair_a"]),
+        "a-worker": dict(BASE, dspark_rank=1, dspark_fabric_address=worker_address, group_names=["dspark", "pair_a"]),
+    }
+    return {"hostvars": hostvars, "groups": {"all": list(hostvars), "pair_a": list(hostvars)},
+            "ansible_play_hosts_all": list(play)}
+
+
+def test_valid_inventory_passes_without_touching_the_connection():
+    action, connection = make_action()
+    result = action.run(task_vars=task_vars())
+    assert not result.get("failed"), result
+    assert result["changed"] is False
+    assert result["groups"]["pair_a"]["members"] == ["a-head", "a-worker"]
+    assert not connection.exec_command.called
+
+
+def test_errors_fail_with_every_problem_listed():
+    action, dummy = make_action({"mtu_max": 1500})
+    result = action.run(task_vars=task_vars(worker_address="10.77.78.2"))
+    assert result["failed"] is True
+    assert "nothing was changed" in result["msg"]
+    assert any(e.startswith("a-worker: dspark_fabric_address='10.77.78.2'") for e in result["errors"])
+    assert any(e.startswith("group pair_a: dspark_fabric_mtu=9000") for e in result["errors"])
+
+
+def test_members_outside_the_limit_are_read_and_reported():
+    action, dummy = make_action()
+    result = action.run(task_vars=task_vars(play=("a-head",)))
+    assert result["failed"] is True
+    assert any("leaves out a-worker" in e for e in result["errors"])
