@@ -1,0 +1,1234 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""dspark-lab vLLM SIMULATOR -- this is NOT vLLM.
+
+A stand-in for `vllm serve` in a multi-node tensor-parallel group
+(`--distributed-executor-backend mp --nnodes N --node-rank r --master-addr A
+--master-port P`, `--headless` on r > 0) for a lab without GPUs. It runs no
+model: it fakes the rendezvous (a TCP "store" on the master port), prints
+vLLM 0.25.1-format log lines, and serves a small OpenAI-shaped API on the
+head. Failure injection and timings are set by DSPARK_SIM_* environment
+variables; see lab/simulator/README.md. Stdlib only, Python 3.11+.
+
+Installed in the lab image as /usr/local/bin/vllm.
+"""
+
+import argparse
+import errno
+import fcntl
+import json
+import math
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SIMULATOR_NOTE = 'dspark-lab vLLM SIMULATOR (not vLLM: no GPU, no model, fake logs and API)'
+VLLM_VERSION = os.environ.get('DSPARK_SIM_VERSION', '0.25.1')
+NCCL_VERSION = '2.30.7'
+SITE = '/usr/local/lib/python3.12/dist-packages'
+# Fake per-rank memory figures, in the range of DeepSeek-V4-Flash on a GB10.
+MODEL_GIB = 71.35
+TOKENS_PER_KV_GIB = 137913   # 2,493,464 tokens / 18.08 GiB in the recipe's logs
+
+
+def env_float(name, default):
+    raw = os.environ.get(name, '')
+    try:
+        return float(raw) if raw.strip() else default
+    except ValueError:
+        return default
+
+
+def env_flag(name):
+    return os.environ.get(name, '').strip().lower() in ('1', 'true', 'yes', 'on')
+
+
+# --------------------------------------------------------------------------- logging
+
+class Log:
+    """vLLM-format log lines on stdout: `(<proc> pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] msg`."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        color = os.environ.get('VLLM_LOGGING_COLOR', '')
+        self.color = color == '1' and 'NO_COLOR' not in os.environ
+        self.debug = os.environ.get('VLLM_LOGGING_LEVEL', 'INFO').upper() == 'DEBUG'
+        self.prefix = os.environ.get('VLLM_LOGGING_PREFIX', '')
+
+    def _proc(self, proc, pid):
+        if not proc:
+            return ''
+        text = '({0} pid={1})'.format(proc, pid)
+        return '\x1b[0;36m{0}\x1b[0;0m '.format(text) if self.color else text + ' '
+
+    def write(self, lines):
+        with self.lock:
+            for line in lines:
+                sys.stdout.write(line + '\n')
+            sys.stdout.flush()
+
+    def emit(self, level, where, msg, proc=None, pid=None):
+        """One record; multi-line messages repeat the header on every line, as vLLM does."""
+        if level == 'DEBUG' and not self.debug:
+            return
+        stamp = time.strftime('%m-%d %H:%M:%S')
+        head = '{0}{1}{2} {3} [{4}] '.format(self._proc(proc, pid), self.prefix, level, stamp, where)
+        self.write([head + part for part in str(msg).split('\n')])
+
+    def raw(self, text, proc=None, pid=None):
+        """Undecorated stream output (uvicorn, torch C++ warnings, bare tracebacks)."""
+        prefix = self._proc(proc, pid)
+        self.write([prefix + part for part in str(text).split('\n')])
+
+    def c10d(self, msg, source='TCPStore.cpp:125', proc=None, pid=None, kind='W', rank=None):
+        """torch C++ line: `[W1129 13:53:54.013935026 TCPStore.cpp:125] [c10d] ...`.
+
+        `rank` adds torch's `[rankN]:` prefix, shown once the default group exists.
+        """
+        now = time.time()
+        lt = time.localtime(now)
+        stamp = '{0}{1}{2:02d} {3}.{4:09d}'.format(
+            kind, lt.tm_mon, lt.tm_mday, time.strftime('%H:%M:%S', lt), int((now % 1) * 1e9))
+        lead = '[rank{0}]:'.format(rank) if rank is not None else ''
+        self.raw('{0}[{1} {2}] {3}'.format(lead, stamp, source, msg), proc, pid)
+
+
+LOG = Log()
+
+
+def die(code):
+    """Exit now from any thread (the real processes die as a whole)."""
+    try:
+        sys.stdout.flush()
+    finally:
+        os._exit(code)
+
+
+# --------------------------------------------------------------------------- helpers
+
+def human_int(text):
+    """vLLM-style ints: 1048576, 128k (x1000), 128K (x1024), 1m, 1M."""
+    text = str(text).strip()
+    mult = {'k': 1000, 'K': 1024, 'm': 1000 ** 2, 'M': 1024 ** 2, 'g': 1000 ** 3, 'G': 1024 ** 3}
+    if text and text[-1] in mult:
+        return int(float(text[:-1]) * mult[text[-1]])
+    return int(text)
+
+
+def iface_ipv4(name):
+    """IPv4 of an interface, or None (missing interface or no address)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack('256s', name[:15].encode()))  # SIOCGIFADDR
+        return socket.inet_ntoa(packed[20:24])
+    except OSError:
+        return None
+    finally:
+        sock.close()
+
+
+def interfaces():
+    try:
+        return [name for _idx, name in socket.if_nameindex()]
+    except OSError:
+        return []
+
+
+def nccl_ifname_matches(spec, names):
+    """Interfaces NCCL_SOCKET_IFNAME selects: prefix list, '^' excludes, '=' exact."""
+    exclude = spec.startswith('^')
+    spec = spec[1:] if exclude else spec
+    exact = spec.startswith('=')
+    spec = spec[1:] if exact else spec
+    wanted = [tok.strip() for tok in spec.split(',') if tok.strip()]
+
+    def hit(name):
+        return any(name == w if exact else name.startswith(w) for w in wanted)
+
+    return [n for n in names if iface_ipv4(n) and (hit(n) != exclude)]
+
+
+def get_ip():
+    """vLLM get_ip(): VLLM_HOST_IP, else the default route's source address, else 0.0.0.0 (warns)."""
+    host_ip = os.environ.get('VLLM_HOST_IP', '')
+    if host_ip:
+        return host_ip, True
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.connect(('8.8.8.8', 80))   # no packet is sent
+            return sock.getsockname()[0], False
+        finally:
+            sock.close()
+    except OSError:
+        return None, False
+
+
+def can_bind(ip):
+    family = socket.AF_INET6 if ':' in ip else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind((ip, 0))
+        return True
+    except OSError as exc:
+        return exc.errno != errno.EADDRNOTAVAIL
+    finally:
+        sock.close()
+
+
+def send_msg(sock, obj):
+    sock.sendall((json.dumps(obj) + '\n').encode())
+
+
+class LineReader:
+    """Newline-delimited JSON over a socket, with optional deadlines."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b''
+
+    def read(self, deadline=None):
+        """Next message; None on EOF; raises TimeoutError at the deadline."""
+        while b'\n' not in self.buf:
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError()
+                self.sock.settimeout(min(remaining, 1.0))
+            else:
+                self.sock.settimeout(1.0)
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b'\n', 1)
+        try:
+            return json.loads(line.decode())
+        except ValueError:
+            return {'type': 'garbage'}
+
+
+# --------------------------------------------------------------------------- rendezvous store (rank 0's TCPStore)
+
+class Store:
+    """Stand-in for torch's TCPStore server hosted by global rank 0.
+
+    Clients send {"type": "hello", rank, world_size}; the store rejects a
+    mismatched world size or a rank that already joined, then releases named
+    barriers once every rank reached them. A client disconnecting after the
+    group formed is reported to the others as "peer_lost".
+    """
+
+    def __init__(self, port, world_size, proc, pid):
+        self.port = port
+        self.world_size = world_size
+        self.proc, self.pid = proc, pid
+        self.lock = threading.Lock()
+        self.conns = {}          # rank -> socket
+        self.barriers = {}       # name -> set(rank)
+        self.formed = False
+        self.lost = set()
+        self.sock = None
+
+    def bind(self):
+        bind_to = os.environ.get('DSPARK_SIM_STORE_BIND', '').strip()
+        candidates = [bind_to] if bind_to else ['::', '0.0.0.0']
+        last = None
+        for addr in candidates:
+            family = socket.AF_INET6 if ':' in addr else socket.AF_INET
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+            except OSError as exc:       # no IPv6 in this container
+                last = exc
+                continue
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            try:
+                sock.bind((addr, self.port))
+                sock.listen(128)
+            except OSError as exc:
+                sock.close()
+                last = exc
+                # An IPv6-less container failing on [::] is not worth a line; a taken port is.
+                if exc.errno == errno.EADDRINUSE or addr == candidates[-1]:
+                    LOG.c10d('[c10d] The server socket has failed to bind to [{0}]:{1} (errno: {2} - {3}).'.format(
+                        addr, self.port, exc.errno, os.strerror(exc.errno or 0)), 'socket.cpp:462',
+                        self.proc, self.pid)
+                if exc.errno == errno.EADDRINUSE:
+                    break
+                continue
+            self.sock = sock
+            threading.Thread(target=self._accept, name='store-accept', daemon=True).start()
+            return None
+        return last
+
+    def joined(self):
+        with self.lock:
+            return len(self.conns)
+
+    def _broadcast(self, obj, skip=None):
+        for rank, conn in list(self.conns.items()):
+            if rank == skip:
+                continue
+            try:
+                send_msg(conn, obj)
+            except OSError:
+                pass
+
+    def _accept(self):
+        while True:
+            try:
+                conn, addr = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn, addr), daemon=True).start()
+
+    def _reject(self, conn, peer, reason):
+        LOG.emit('ERROR', 'sim_store.py:88', '[SIMULATOR] store rejected a client from {0}: {1}'.format(
+            peer, reason), self.proc, self.pid)
+        try:
+            send_msg(conn, {'type': 'reject', 'reason': reason})
+        except OSError:
+            pass
+        conn.close()
+
+    def _serve(self, conn, addr):
+        peer = addr[0]
+        reader = LineReader(conn)
+        try:
+            hello = reader.read(time.monotonic() + 30)
+        except TimeoutError:
+            conn.close()
+            return
+        if not hello or hello.get('type') != 'hello':
+            conn.close()
+            return
+        rank, world = hello.get('rank'), hello.get('world_size')
+        with self.lock:
+            if world != self.world_size:
+                reason = 'world_size mismatch (client announced {0}, store expects {1}) for rank {2}'.format(
+                    world, self.world_size, rank)
+            elif not isinstance(rank, int) or not 0 <= rank < self.world_size:
+                reason = 'rank {0} is outside 0..{1}'.format(rank, self.world_size - 1)
+            elif rank in self.conns or self.formed:
+                reason = 'rank {0} already joined (two nodes with the same --node-rank?)'.format(rank)
+            else:
+                reason = None
+                self.conns[rank] = conn
+                send_msg(conn, {'type': 'welcome'})
+                if len(self.conns) == self.world_size:
+                    self.formed = True
+                    self._broadcast({'type': 'all_joined'})
+        if reason:
+            self._reject(conn, peer, reason)
+            return
+        while True:
+            msg = reader.read()
+            if msg is None:
+                break
+            if msg.get('type') == 'barrier':
+                name = msg.get('name')
+                with self.lock:
+                    waiting = self.barriers.setdefault(name, set())
+                    waiting.add(rank)
+                    if len(waiting) == self.world_size:
+                        self._broadcast({'type': 'release', 'name': name})
+        with self.lock:
+            if self.conns.get(rank) is conn:
+                del self.conns[rank]
+            if self.formed:
+                self.lost.add(rank)
+                self._broadcast({'type': 'peer_lost', 'rank': rank})
+        conn.close()
+
+
+# --------------------------------------------------------------------------- the simulated node
+
+class Simulator:
+    def __init__(self, args, unknown):
+        self.args = args
+        self.unknown = unknown
+        self.t0 = time.monotonic()
+        self.pid = os.getpid()
+        self.engine_pid = self.pid + 1
+        self.tp = args.tensor_parallel_size
+        self.pp = args.pipeline_parallel_size
+        self.world_size = self.tp * self.pp
+        self.nnodes = args.nnodes
+        self.node_rank = args.node_rank
+        self.headless = args.headless
+        self.is_head = self.node_rank == 0
+        self.local_world_size = max(1, self.world_size // max(1, self.nnodes))
+        self.model = args.model
+        self.served = args.served_model_name or [self.model]
+        self.max_model_len = human_int(args.max_model_len) if args.max_model_len else 1048576
+        timeout = env_float('DSPARK_SIM_RENDEZVOUS_TIMEOUT', 0) or args.distributed_timeout_seconds or 600.0
+        self.timeout = float(timeout)
+        self.load_seconds = max(0.0, env_float('DSPARK_SIM_LOAD_SECONDS', 3.0))
+        self.api_keys = list(args.api_key or []) or ([os.environ['VLLM_API_KEY']]
+                                                     if os.environ.get('VLLM_API_KEY') else [])
+        self.check_net = os.environ.get('DSPARK_SIM_CHECK_NET', '1') != '0'
+        self.store = None
+        self.httpd = None
+        self.api_proc = 'APIServer'
+        self.engine_dead = False
+        self.requests_running = 0
+        self.counters = {'prompt': 0, 'generation': 0, 'success': 0}
+        self.counter_lock = threading.Lock()
+        self.wedge_started = threading.Event()
+        self.store_started = None
+        self.ready_lock = threading.Lock()
+        self.ready_count = 0
+        self.local_ready = threading.Event()
+
+    # ----- naming
+    def global_ranks(self):
+        first = self.node_rank * self.local_world_size
+        return list(range(first, first + self.local_world_size))
+
+    def worker_pid(self, local_rank):
+        return self.pid + 2 + local_rank
+
+    def worker_name(self, rank):
+        """`Worker` + _PP<p> / _TP<t> suffixes for groups larger than one."""
+        name = 'Worker'
+        if self.pp > 1:
+            name += '_PP{0}'.format(rank // self.tp)
+        if self.tp > 1:
+            name += '_TP{0}'.format(rank % self.tp)
+        return name
+
+    def elapsed(self):
+        return time.monotonic() - self.t0
+
+    # ----- failure output
+    def traceback_lines(self, frames, exc_line):
+        out = ['Traceback (most recent call last):']
+        for path, lineno, func, code in frames:
+            out.append('  File "{0}/{1}", line {2}, in {3}'.format(SITE, path, lineno, func))
+            out.append('    ' + code)
+        out.append(exc_line)
+        return '\n'.join(out)
+
+    def worker_start_failed(self, proc, pid, frames, exc_line):
+        """Worker -> EngineCore -> APIServer start-up cascade, then exit 1."""
+        LOG.emit('ERROR', 'multiproc_executor.py:772', 'WorkerProc failed to start.\n'
+                 + self.traceback_lines(frames, exc_line), proc, pid)
+        self.cascade_and_die()
+
+    def cascade_and_die(self):
+        if self.is_head and not self.headless:
+            LOG.emit('ERROR', 'core.py:1102', 'EngineCore failed to start.\n' + self.traceback_lines(
+                [('vllm/v1/engine/core.py', 1093, 'run_engine_core', 'engine_core = EngineCoreProc(*args, **kwargs)'),
+                 ('vllm/v1/executor/multiproc_executor.py', 208, 'wait_for_ready',
+                  'raise e from None')],
+                'Exception: WorkerProc initialization failed due to an exception in a background process. '
+                'See stack trace for root cause.'), 'EngineCore', self.engine_pid)
+            LOG.raw(self.traceback_lines(
+                [('vllm/entrypoints/cli/main.py', 75, 'main', 'args.dispatch_function(args)'),
+                 ('vllm/v1/engine/utils.py', 1028, 'wait_for_engine_startup',
+                  'raise RuntimeError(')],
+                "RuntimeError: Engine core initialization failed. See root cause above. "
+                "Failed core proc(s): {'EngineCore': 1}"), self.api_proc, self.pid)
+        else:
+            LOG.raw(self.traceback_lines(
+                [('vllm/entrypoints/cli/serve.py', 262, 'run_headless', 'executor = executor_class(vllm_config)'),
+                 ('vllm/v1/executor/multiproc_executor.py', 208, 'wait_for_ready', 'raise e from None')],
+                'Exception: WorkerProc initialization failed due to an exception in a background process. '
+                'See stack trace for root cause.'))
+        die(1)
+
+    def peer_lost_and_die(self, rank, lost):
+        name = self.worker_name(rank)
+        LOG.emit('ERROR', 'multiproc_executor.py:772', 'WorkerProc failed to start.\n' + self.traceback_lines(
+            [('vllm/distributed/device_communicators/pynccl_wrapper.py', 402, 'NCCL_CHECK',
+              'raise RuntimeError(f"NCCL error: {error_str}")')],
+            'RuntimeError: NCCL error: remote process exited or there was a network error'),
+            name, self.worker_pid(rank % self.local_world_size))
+        LOG.emit('DEBUG', 'sim.py:1', '[SIMULATOR] lost rank {0}'.format(lost))
+        self.cascade_and_die()
+
+    # ----- argument checks (vllm/engine/arg_utils.py)
+    def check_args(self):
+        problems = []
+        if self.world_size % self.nnodes:
+            problems.append('world_size={0} must be divisible by nnodes={1}.'.format(self.world_size, self.nnodes))
+        if self.node_rank >= self.nnodes:
+            problems.append('node_rank={0} must be less than nnodes={1}.'.format(self.node_rank, self.nnodes))
+        if self.headless and self.args.api_server_count:
+            problems.append('--api-server-count={0} cannot be used with --headless (no API servers are started in '
+                            'headless mode).'.format(self.args.api_server_count))
+        backend = self.args.distributed_executor_backend
+        if self.nnodes > 1 and backend not in (None, 'mp', 'uni', 'external_launcher'):
+            problems.append('nnodes > 1 can only be set when distributed executor backend is mp, uni or '
+                            'external_launcher.')
+        if not self.model:
+            problems.append('the model argument is required')
+        if problems:
+            LOG.raw(self.traceback_lines(
+                [('vllm/engine/arg_utils.py', 1700, 'create_engine_config', 'raise ValueError(msg)')],
+                'ValueError: ' + problems[0]), None if self.headless else self.api_proc, self.pid)
+            die(1)
+
+    # ----- main flow
+    def run(self):
+        LOG.emit('WARNING', 'dspark_vllm_sim.py:1', '*** {0}; pretending to be vLLM {1}, node_rank={2} of '
+                 'nnodes={3}{4} ***'.format(SIMULATOR_NOTE, VLLM_VERSION, self.node_rank, self.nnodes,
+                                            ', headless' if self.headless else ''),
+                 None if self.headless else self.api_proc, self.pid)
+        self.check_args()
+        self.start_crash_timer()
+        if self.headless:
+            self.run_headless()
+        else:
+            self.run_server_node()
+        return 0
+
+    def start_crash_timer(self):
+        after = env_float('DSPARK_SIM_CRASH_AFTER', -1)
+        if after < 0:
+            return
+
+        def crash():
+            rank = self.global_ranks()[0]
+            if self.headless:
+                LOG.emit('ERROR', 'multiproc_executor.py:301', 'Worker proc VllmWorker-{0} died unexpectedly, '
+                         'shutting down executor.'.format(rank))
+            else:
+                LOG.emit('ERROR', 'multiproc_executor.py:301', 'Worker proc VllmWorker-{0} died unexpectedly, '
+                         'shutting down executor.'.format(rank), 'EngineCore', self.engine_pid)
+                LOG.emit('ERROR', 'core.py:944', 'EngineCore encountered a fatal error.', 'EngineCore',
+                         self.engine_pid)
+                LOG.emit('ERROR', 'async_llm.py:528', 'AsyncLLM output_handler failed.\n' + self.traceback_lines(
+                    [('vllm/v1/engine/async_llm.py', 480, 'output_handler',
+                      'outputs = await engine_core.get_output_async()')],
+                    'vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace '
+                    '(above) for the root cause.'), self.api_proc, self.pid)
+            die(1)
+
+        timer = threading.Timer(after, crash)
+        timer.daemon = True
+        timer.start()
+
+    def run_headless(self):
+        LOG.emit('INFO', 'arg_utils.py:1788', 'Inferred data_parallel_rank 0 from node_rank {0}'.format(
+            self.node_rank))
+        LOG.emit('INFO', 'serve.py:211', 'Launching vLLM (v{0}) headless multiproc executor, with head node '
+                 'address {1}:{2} for torch.distributed process group.'.format(
+                     VLLM_VERSION, self.args.master_addr, self.args.master_port))
+        if 'OMP_NUM_THREADS' not in os.environ:
+            LOG.emit('WARNING', 'multiproc_executor.py:923', 'Reducing Torch parallelism from {0} threads to 1 to '
+                     'avoid unnecessary CPU contention. Set OMP_NUM_THREADS in the external environment to tune '
+                     'this value as needed.'.format(os.cpu_count() or 1))
+        if self.is_head:
+            self.start_store()
+        self.start_workers()
+        self.wait_local_ready()
+        # The headless monitor is silent from here on.
+        while True:
+            time.sleep(3600)
+
+    def run_server_node(self):
+        self.bind_api()
+        version_line = 'vLLM server version {0}, serving model {1}'.format(VLLM_VERSION, self.model)
+        LOG.emit('INFO', 'api_utils.py:312', version_line, self.api_proc, self.pid)
+        LOG.emit('INFO', 'utils.py:253', 'non-default args: {0}'.format(self.non_default_args()),
+                 self.api_proc, self.pid)
+        LOG.emit('INFO', 'arg_utils.py:1788', 'Inferred data_parallel_rank 0 from node_rank {0}'.format(
+            self.node_rank), self.api_proc, self.pid)
+        LOG.emit('INFO', 'model.py:1912', 'Using max model len {0}'.format(self.max_model_len),
+                 self.api_proc, self.pid)
+        LOG.emit('INFO', 'core.py:101', "Initializing a V1 LLM engine (v{0}) with config: model='{1}', "
+                 "served_model_name={2}, tensor_parallel_size={3}, pipeline_parallel_size={4}, "
+                 "max_seq_len={5}".format(VLLM_VERSION, self.model, self.served[0], self.tp, self.pp,
+                                          self.max_model_len), 'EngineCore', self.engine_pid)
+        ip = self.check_host_ip('EngineCore', self.engine_pid)
+        if self.is_head:
+            LOG.emit('INFO', 'multiproc_executor.py:134', 'DP group leader: node_rank=0, node_rank_within_dp=0, '
+                     'master_addr={0}, mq_connect_ip={1} (local), world_size={2}, local_world_size={3}'.format(
+                         self.args.master_addr, ip, self.world_size, self.local_world_size),
+                     'EngineCore', self.engine_pid)
+            self.start_store()
+        self.start_workers()
+        self.wait_local_ready()
+        self.serve_api()
+
+    def follower_engine_fails(self):
+        """Node rank > 0 without --headless: its engine core drives a follower executor."""
+        LOG.emit('ERROR', 'core.py:1102', 'EngineCore failed to start.\n' + self.traceback_lines(
+            [('vllm/v1/engine/core.py', 233, '_initialize_kv_caches',
+              'available_gpu_memory = self.model_executor.determine_available_memory()'),
+             ('vllm/v1/executor/multiproc_executor.py', 402, 'collective_rpc',
+              'assert self.is_driver, "collective_rpc should not be called on follower node"')],
+            'AssertionError: collective_rpc should not be called on follower node'),
+            'EngineCore', self.engine_pid)
+        LOG.raw(self.traceback_lines(
+            [('vllm/v1/engine/utils.py', 1028, 'wait_for_engine_startup', 'raise RuntimeError(')],
+            "RuntimeError: Engine core initialization failed. See root cause above. "
+            "Failed core proc(s): {'EngineCore': 1}"), self.api_proc, self.pid)
+        die(1)
+
+    def non_default_args(self):
+        args = {'model_tag': self.model, 'port': self.args.port, 'tensor_parallel_size': self.tp,
+                'nnodes': self.nnodes, 'node_rank': self.node_rank, 'master_addr': self.args.master_addr,
+                'master_port': self.args.master_port, 'served_model_name': self.served,
+                'max_model_len': self.max_model_len}
+        for key in ('host', 'revision', 'distributed_executor_backend', 'gpu_memory_utilization'):
+            if getattr(self.args, key) is not None:
+                args[key] = getattr(self.args, key)
+        return args
+
+    def check_host_ip(self, proc, pid):
+        ip, explicit = get_ip()
+        if ip is None:
+            LOG.raw('UserWarning: Failed to get the IP address, using 0.0.0.0 by default. The value can be set by '
+                    'the environment variable VLLM_HOST_IP or HOST_IP.', proc, pid)
+            return '0.0.0.0'
+        if explicit and self.check_net and not can_bind(ip):
+            port = 40000 + (os.getpid() % 20000)
+            LOG.emit('ERROR', 'multiproc_executor.py:772', 'WorkerProc failed to start.\n' + self.traceback_lines(
+                [('vllm/distributed/device_communicators/shm_broadcast.py', 312, '__init__',
+                  'self.remote_socket.bind(remote_addr)'),
+                 ('zmq/sugar/socket.py', 311, 'bind', 'super().bind(addr)')],
+                "zmq.error.ZMQError: Cannot assign requested address (addr='tcp://{0}:{1}')".format(ip, port)),
+                proc, pid)
+            self.cascade_and_die()
+        return ip
+
+    # ----- API socket: bound early, listening only when ready (like vLLM)
+    def bind_api(self):
+        host = self.args.host or ''
+        family = socket.AF_INET6 if ':' in host else socket.AF_INET
+
+        class Server(ThreadingHTTPServer):
+            address_family = family
+            daemon_threads = True
+            allow_reuse_address = True
+
+        try:
+            self.httpd = Server((host, self.args.port), self.handler_class(), bind_and_activate=False)
+            self.httpd.server_bind()
+        except OSError as exc:
+            LOG.raw(self.traceback_lines(
+                [('vllm/entrypoints/openai/api_server.py', 1890, 'create_server_socket', 'sock.bind(addr)')],
+                'OSError: [Errno {0}] {1}'.format(exc.errno, os.strerror(exc.errno or 0))), self.api_proc, self.pid)
+            die(1)
+
+    # ----- store and workers
+    def start_store(self):
+        self.store = Store(self.args.master_port, self.world_size, 'Worker', self.worker_pid(0))
+        # Printed before the store exists, as torch prints it on entry.
+        self.log_world_line(0)
+        err = self.store.bind()
+        if err is not None:
+            LOG.emit('ERROR', 'multiproc_executor.py:772', 'WorkerProc failed to start.\n' + self.traceback_lines(
+                [('torch/distributed/rendezvous.py', 189, '_create_c10d_store', 'return TCPStore(')],
+                'torch.distributed.DistNetworkError: The server socket has failed to listen on any local network '
+                'address. port: {0}, useIpv6: false, code: -{1}, name: {2}, message: {3}'.format(
+                    self.args.master_port, err.errno, errno.errorcode.get(err.errno, '?'),
+                    os.strerror(err.errno or 0).lower())), 'Worker', self.worker_pid(0))
+            self.cascade_and_die()
+        self.store_started = time.monotonic()
+
+    def log_world_line(self, rank):
+        local = rank % self.local_world_size
+        pid = self.worker_pid(local)
+        LOG.emit('DEBUG', 'distributed/parallel_state.py:1380', 'world_size={0} rank={1} local_rank={2} '
+                 'distributed_init_method=tcp://127.0.0.1:{3} backend=nccl'.format(
+                     self.world_size, rank, local, 40000 + pid % 20000), 'Worker', pid)
+        LOG.emit('INFO', 'parallel_state.py:1402', 'world_size={0} rank={1} local_rank={2} '
+                 'distributed_init_method=tcp://{3}:{4} backend=nccl'.format(
+                     self.world_size, rank, local, self.args.master_addr, self.args.master_port), 'Worker', pid)
+
+    def start_workers(self):
+        for local, rank in enumerate(self.global_ranks()):
+            thread = threading.Thread(target=self.worker_main, args=(rank, local), name='rank%d' % rank, daemon=True)
+            thread.start()
+
+    def wait_local_ready(self):
+        # Short waits keep the main thread responsive to SIGTERM.
+        while not self.local_ready.wait(0.5):
+            pass
+
+    def mark_local_ready(self):
+        with self.ready_lock:
+            self.ready_count += 1
+            if self.ready_count == self.local_world_size:
+                self.local_ready.set()
+
+    def worker_main(self, rank, local):
+        try:
+            self._worker_main(rank, local)
+        except SystemExit:
+            raise
+        except Exception:       # a simulator bug must not look like a hang
+            LOG.raw('[SIMULATOR] internal error:\n' + traceback.format_exc(), 'Worker', self.worker_pid(local))
+            die(70)
+
+    def _worker_main(self, rank, local):
+        pid = self.worker_pid(local)
+        name = self.worker_name(rank)
+        if rank != 0 or not self.is_head:
+            self.log_world_line(rank)
+        conn, reader = self.connect_store(rank, pid)
+        deadline = (self.store_started + self.timeout) if (self.is_head and rank == 0) else None
+        self.wait_for(reader, rank, pid, 'all_joined', deadline=deadline)
+        self.create_groups(rank, local, pid)
+        self.barrier(conn, reader, rank, 'groups')
+        LOG.emit('INFO', 'parallel_state.py:1711', 'rank {rank} in world size {world} is assigned as DP rank 0, PP '
+                 'rank {pp}, PCP rank 0, TP rank {tp}, EP rank {rank}, EPLB rank N/A'.format(
+                     rank=rank, world=self.world_size, pp=rank // self.tp, tp=rank % self.tp), 'Worker', pid)
+        if self.headless and not self.is_head:
+            self.check_host_ip(name, pid)
+        LOG.emit('INFO', 'gpu_model_runner.py:4210', 'Starting to load model {0}...'.format(self.model), name, pid)
+        time.sleep(self.load_seconds * 0.6)
+        if env_flag('DSPARK_SIM_OOM'):
+            LOG.emit('ERROR', 'multiproc_executor.py:772', 'WorkerProc failed to start.\n' + self.traceback_lines(
+                [('vllm/model_executor/model_loader/default_loader.py', 301, 'load_weights',
+                  'loaded_weights = model.load_weights(self.get_all_weights(model_config, model))')],
+                'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity '
+                'of 119.70 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has 118.20 GiB '
+                'memory in use. Of the allocated memory 116.31 GiB is allocated by PyTorch, and 1.20 GiB is reserved '
+                'by PyTorch but unallocated. If reserved but unallocated memory is large try setting '
+                'PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.'), name, pid)
+            self.cascade_and_die()
+        LOG.emit('INFO', 'gpu_model_runner.py:4302', 'Model loading took {0:.2f} GiB memory and {1:.6f} seconds'.format(
+            MODEL_GIB, self.load_seconds * 0.6), name, pid)
+        time.sleep(self.load_seconds * 0.1)
+        LOG.emit('INFO', 'gpu_worker.py:412', 'Available KV cache memory: {0} GiB'.format(self.kv_gib()), name, pid)
+        if not self.is_head and not self.headless and local == 0:
+            self.follower_engine_fails()
+        self.barrier(conn, reader, rank, 'loaded')
+        if self.is_head and rank == 0 and not self.headless:
+            tokens = int(self.kv_gib() * TOKENS_PER_KV_GIB)
+            LOG.emit('INFO', 'kv_cache_utils.py:1306', 'GPU KV cache size: {0:,} tokens'.format(tokens),
+                     'EngineCore', self.engine_pid)
+            LOG.emit('INFO', 'kv_cache_utils.py:1311', 'Maximum concurrency for {0:,} tokens per request: '
+                     '{1:.2f}x'.format(self.max_model_len, tokens / float(self.max_model_len)),
+                     'EngineCore', self.engine_pid)
+        time.sleep(self.load_seconds * 0.3)
+        LOG.emit('INFO', 'gpu_model_runner.py:5120', 'Graph capturing finished in {0} secs, took 0.52 GiB'.format(
+            int(round(self.load_seconds * 0.3))), name, pid)
+        self.barrier(conn, reader, rank, 'captured')
+        self.mark_local_ready()
+        self.watch_store(reader, rank, pid)
+
+    def kv_gib(self):
+        util = self.args.gpu_memory_utilization or 0.835
+        return round(max(0.5, 119.7 * util - 81.87), 2)
+
+    def connect_store(self, rank, pid):
+        """Connect as a store client, retrying like torch's TCPStore client until the timeout."""
+        addr, port = self.args.master_addr, self.args.master_port
+        timeout_ms = int(self.timeout * 1000)
+        start = time.monotonic()
+        deadline = start + self.timeout
+        attempt_window = max(1.0, min(30.0, self.timeout / 4.0))
+        tries = 0
+        delay = 0.1
+        never = env_flag('DSPARK_SIM_NEVER_JOIN') and not (self.is_head and rank == 0)
+        while True:
+            tries += 1
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if never:
+                # As if SYNs were dropped: each attempt times out.
+                time.sleep(min(attempt_window, remaining))
+                if time.monotonic() < deadline:
+                    LOG.c10d('[c10d] The server socket on [::ffff:{0}]:{1} has timed out, will retry.'.format(
+                        addr, port), 'TCPStore.cpp:125', 'Worker', pid)
+                continue
+            try:
+                sock = socket.create_connection((addr, port), timeout=min(attempt_window, remaining))
+            except ConnectionRefusedError:
+                pass            # torch retries this silently (TRACE level)
+            except socket.timeout:
+                LOG.c10d('[c10d] The server socket on [::ffff:{0}]:{1} has timed out, will retry.'.format(
+                    addr, port), 'TCPStore.cpp:125', 'Worker', pid)
+            except socket.gaierror as exc:
+                LOG.c10d('[c10d] The IPv4 network addresses of ({0}, {1}) cannot be retrieved (gai error: {2} - '
+                         '{3}).'.format(addr, port, exc.errno, exc.strerror), 'socket.cpp:200', 'Worker', pid)
+            except OSError as exc:
+                LOG.c10d('[c10d] TCP client failed to connect/validate to host {0}:{1} - retrying (try={2}, '
+                         'timeout={3}ms, delay={4}ms): The client socket has failed to connect to [{0}]:{1} '
+                         '(errno: {5} - {6}).'.format(addr, port, tries, timeout_ms, int(delay * 1000), exc.errno,
+                                                      os.strerror(exc.errno or 0)), 'TCPStore.cpp:343', 'Worker', pid)
+            else:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                reader = LineReader(sock)
+                send_msg(sock, {'type': 'hello', 'rank': rank, 'world_size': self.world_size,
+                                'node_rank': self.node_rank, 'host': socket.gethostname()})
+                try:
+                    reply = reader.read(time.monotonic() + 30)
+                except TimeoutError:
+                    reply = None
+                if reply and reply.get('type') == 'welcome':
+                    return sock, reader
+                reason = (reply or {}).get('reason', 'connection closed during the handshake')
+                LOG.emit('ERROR', 'multiproc_executor.py:772', 'WorkerProc failed to start.\n' + self.traceback_lines(
+                    [('torch/distributed/rendezvous.py', 189, '_create_c10d_store', 'return TCPStore(')],
+                    'RuntimeError: [SIMULATOR] rendezvous rejected by the store at {0}:{1}: {2}'.format(
+                        addr, port, reason.replace('client announced', 'this rank announced'))), 'Worker', pid)
+                self.cascade_and_die()
+            time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+            delay = min(delay * 2, 1.0)
+        LOG.c10d('[c10d] TCP client failed to connect/validate to host {0}:{1} - timed out (try={2}, timeout={3}ms): '
+                 'The client socket has timed out after {3}ms while trying to connect to ({0}, {1}).'.format(
+                     addr, port, tries, timeout_ms), 'TCPStore.cpp:343', 'Worker', pid)
+        self.worker_start_failed('Worker', pid, [
+            ('torch/distributed/rendezvous.py', 189, '_create_c10d_store', 'return TCPStore(')],
+            'torch.distributed.DistNetworkError: The client socket has timed out after {0}ms while trying to connect '
+            'to ({1}, {2}).'.format(timeout_ms, addr, port))
+
+    def wait_for(self, reader, rank, pid, wanted, deadline=None, name=None):
+        while True:
+            try:
+                msg = reader.read(deadline)
+            except TimeoutError:
+                # Only rank 0 (the store host) has a deadline here.
+                elapsed = time.monotonic() - self.store_started
+                secs = int(elapsed) if int(elapsed) > self.timeout else int(math.floor(self.timeout)) + 1
+                self.worker_start_failed('Worker', pid, [
+                    ('torch/distributed/rendezvous.py', 189, '_create_c10d_store', 'return TCPStore(')],
+                    'torch.distributed.DistStoreError: Timed out after {0} seconds waiting for clients. {1}/{2} '
+                    'clients joined.'.format(secs, self.store.joined(), self.world_size))
+            if msg is None:
+                self.store_gone(rank, pid, reader.sock)
+            kind = msg.get('type')
+            if kind == wanted and (name is None or msg.get('name') == name):
+                return msg
+            if kind == 'peer_lost':
+                self.peer_lost_and_die(rank, msg.get('rank'))
+
+    def barrier(self, conn, reader, rank, name):
+        try:
+            send_msg(conn, {'type': 'barrier', 'name': name})
+        except OSError:
+            self.store_gone(rank, self.worker_pid(rank % self.local_world_size), conn)
+        self.wait_for(reader, rank, self.worker_pid(rank % self.local_world_size), 'release', name=name)
+
+    def store_gone(self, rank, pid, sock=None):
+        """The store host (head rank 0) went away."""
+        addr, port = self.args.master_addr, self.args.master_port
+        try:
+            local = sock.getsockname()[:2]
+            fd = sock.fileno()
+        except (AttributeError, OSError):
+            local, fd = ('0.0.0.0', 0), -1
+        LOG.c10d('[c10d] recvValue failed on SocketImpl(fd={0}, addr=[::ffff:{1}]:{2}, remote=[::ffff:{3}]:{4}): '
+                 'Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or '
+                 'crash?'.format(fd, local[0], local[1], addr, port), 'TCPStore.cpp:106', self.worker_name(rank), pid,
+                 rank=rank)
+        if self.headless:
+            LOG.emit('ERROR', 'multiproc_executor.py:301', 'Worker proc VllmWorker-{0} died unexpectedly, shutting '
+                     'down executor.'.format(rank))
+        else:
+            LOG.emit('ERROR', 'multiproc_executor.py:301', 'Worker proc VllmWorker-{0} died unexpectedly, shutting '
+                     'down executor.'.format(rank), 'EngineCore', self.engine_pid)
+        die(1)
+
+    def watch_store(self, reader, rank, pid):
+        """After start-up: notice a vanished store host or peer."""
+        while True:
+            msg = reader.read()
+            if msg is None:
+                if self.is_head and rank == 0:
+                    return      # our own store is closing: process exit
+                # torch's heartbeat thread sees the store go away first.
+                LOG.c10d('[PG ID 0 PG GUID 0(default_pg) Rank {0}] Failed to check the "should dump" flag on '
+                         'TCPStore, (maybe TCPStore server has shut down too early), with error: Failed to recv, got '
+                         '0 bytes. Connection was likely closed. Did the remote server shutdown or crash?'.format(rank),
+                         'ProcessGroupNCCL.cpp:1770', self.worker_name(rank), pid, rank=rank)
+                self.store_gone(rank, pid, reader.sock)
+            # peer_lost after start-up: the head only notices at its next request (see chat handler).
+
+    def create_groups(self, rank, local, pid):
+        """Gloo/NCCL group creation: interface checks and the NCCL fault injection."""
+        name = 'Worker'
+        gloo = os.environ.get('GLOO_SOCKET_IFNAME', '')
+        if gloo and self.check_net:
+            for iface in [i for i in gloo.split(',') if i]:
+                if not iface_ipv4(iface):
+                    self.worker_start_failed(name, pid, [
+                        ('vllm/distributed/parallel_state.py', 1138, '__init__',
+                         'cpu_group = torch.distributed.new_group(ranks, backend="gloo")')],
+                        'RuntimeError: [enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/device.cc:84] '
+                        'ifa != nullptr. Unable to find address for: {0}'.format(iface))
+        nccl_debug = os.environ.get('NCCL_DEBUG', '').upper() in ('WARN', 'INFO', 'TRACE')
+        host = socket.gethostname()
+        nccl_if = os.environ.get('NCCL_SOCKET_IFNAME', '')
+        if rank == 0:
+            # Printed by TP rank 0 when its NCCL communicator is created, so never on node 1.
+            LOG.emit('INFO', 'pynccl.py:111', 'vLLM is using nccl=={0}'.format(NCCL_VERSION), name, pid)
+        nccl_frames = [('vllm/distributed/device_communicators/pynccl.py', 128, '__init__',
+                        'self.comm: ncclComm_t = self.nccl.ncclCommInitRank('),
+                       ('vllm/distributed/device_communicators/pynccl_wrapper.py', 402, 'NCCL_CHECK',
+                        'raise RuntimeError(f"NCCL error: {error_str}")')]
+        nccl_exc = 'RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)'
+        if nccl_if and self.check_net and not nccl_ifname_matches(nccl_if, interfaces()):
+            if nccl_debug:
+                LOG.raw('{0}:{1}:{2} [{3}] NCCL WARN Bootstrap : no socket interface found'.format(
+                    host, pid, pid + 7, local), name, pid)
+            self.worker_start_failed(name, pid, nccl_frames, nccl_exc)
+        if env_flag('DSPARK_SIM_NCCL_ERROR'):
+            if nccl_debug:
+                gid = os.environ.get('NCCL_IB_GID_INDEX', '3')
+                LOG.raw('{0}:{1}:{2} [{3}] NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, on '
+                        'dev rocep1s0f1:1, curr state INIT, next state RTR, local GID index {4}'.format(
+                            host, pid, pid + 7, local, gid), name, pid)
+            self.worker_start_failed(name, pid, nccl_frames, nccl_exc)
+
+    # ----- API
+    def serve_api(self):
+        LOG.emit('INFO', 'core.py:248', 'init engine (profile, create kv cache, warmup model) took {0:.2f} s'.format(
+            self.elapsed()), 'EngineCore', self.engine_pid)
+        if self.httpd is None:
+            return
+        host = self.args.host or '0.0.0.0'
+        url = 'http://{0}:{1}'.format('[%s]' % host if ':' in host else host, self.args.port)
+        LOG.emit('INFO', 'api_server.py:1951', "Supported tasks: ['generate']", self.api_proc, self.pid)
+        LOG.emit('INFO', 'api_server.py:2018', 'Starting vLLM server on {0}'.format(url), self.api_proc, self.pid)
+        LOG.emit('INFO', 'launcher.py:37', 'Available routes are:', self.api_proc, self.pid)
+        for route, methods in (('/health', 'GET'), ('/ping', 'GET, POST'), ('/version', 'GET'), ('/load', 'GET'),
+                               ('/metrics', 'GET'), ('/v1/models', 'GET'), ('/v1/chat/completions', 'POST'),
+                               ('/v1/completions', 'POST')):
+            LOG.emit('INFO', 'launcher.py:45', 'Route: {0}, Methods: {1}'.format(route, methods),
+                     self.api_proc, self.pid)
+        self.httpd.server_activate()
+        threading.Thread(target=self.httpd.serve_forever, kwargs={'poll_interval': 0.2}, daemon=True).start()
+        LOG.raw('INFO:     Started server process [{0}]'.format(self.pid), self.api_proc, self.pid)
+        LOG.raw('INFO:     Waiting for application startup.', self.api_proc, self.pid)
+        LOG.raw('INFO:     Application startup complete.', self.api_proc, self.pid)
+        self.write_ready_file()
+        while True:
+            time.sleep(3600)
+
+    def write_ready_file(self):
+        path = os.environ.get('DSPARK_SIM_READY_FILE', '')
+        if not path:
+            return
+        tmp = '{0}.tmp{1}'.format(path, os.getpid())
+        with open(tmp, 'w') as handle:
+            handle.write('{0:.6f}\n'.format(time.time()))
+        os.replace(tmp, path)
+
+    def kill_engine(self, reason_exc):
+        """Engine death as seen after a failed collective: log the cascade, 503, exit unless kept alive."""
+        if self.engine_dead:
+            return
+        self.engine_dead = True
+        LOG.emit('ERROR', 'core.py:944', 'EngineCore encountered a fatal error.\n' + self.traceback_lines(
+            [('vllm/v1/executor/multiproc_executor.py', 301, 'collective_rpc',
+              'result = get_response(w, dequeue_timeout)')],
+            reason_exc), 'EngineCore', self.engine_pid)
+        LOG.emit('ERROR', 'async_llm.py:528', 'AsyncLLM output_handler failed.\n' + self.traceback_lines(
+            [('vllm/v1/engine/async_llm.py', 480, 'output_handler', 'outputs = await engine_core.get_output_async()')],
+            'vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for '
+            'the root cause.'), self.api_proc, self.pid)
+        if os.environ.get('VLLM_KEEP_ALIVE_ON_ENGINE_DEATH', '0') != '1':
+            timer = threading.Timer(0.5, die, args=(1,))
+            timer.daemon = True
+            timer.start()
+
+    def wedge_monitor(self):
+        interval = env_float('VLLM_RINGBUFFER_WARNING_INTERVAL', 60.0)
+        while True:
+            time.sleep(interval)
+            LOG.emit('INFO', 'shm_broadcast.py:466', 'No available shared memory broadcast block found in {0} '
+                     'seconds. This typically happens when some processes are hanging or doing some time-consuming '
+                     'work (e.g. compilation, weight/kv cache quantization).'.format(int(interval)),
+                     self.worker_name(0), self.worker_pid(0))
+
+    def handler_class(self):
+        sim = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = 'HTTP/1.1'
+            server_version = 'uvicorn'
+            sys_version = ''
+
+            def log_message(self, fmt, *args):
+                return
+
+            def log_request(self, code='-', size='-'):
+                try:
+                    phrase = self.responses[int(code)][0]
+                except (KeyError, ValueError):
+                    phrase = ''
+                LOG.raw('INFO:     {0}:{1} - "{2}" {3} {4}'.format(
+                    self.client_address[0], self.client_address[1], self.requestline, code, phrase),
+                    sim.api_proc, sim.pid)
+
+            def send_json(self, status, obj, headers=None):
+                body = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Content-Length', str(len(body)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def send_empty(self, status):
+                self.send_response(status)
+                self.send_header('Content-Length', '0')
+                self.end_headers()
+
+            def error(self, status, message, etype, param=None):
+                self.send_json(status, {'error': {'message': message, 'type': etype, 'param': param,
+                                                  'code': status}})
+
+            def authorized(self):
+                if not sim.api_keys or not self.path.startswith(('/v1', '/v2', '/inference')):
+                    return True
+                auth = self.headers.get('Authorization', '')
+                if auth.startswith('Bearer ') and auth[7:] in sim.api_keys:
+                    return True
+                self.send_json(401, {'error': 'Unauthorized'})
+                return False
+
+            def read_body(self):
+                length = int(self.headers.get('Content-Length') or 0)
+                raw = self.rfile.read(length) if length else b''
+                try:
+                    return json.loads(raw.decode() or 'null')
+                except ValueError:
+                    return ValueError
+
+            def do_GET(self):
+                if not self.authorized():
+                    return
+                path = self.path.split('?', 1)[0]
+                if path in ('/health', '/ping'):
+                    return self.send_empty(503 if sim.engine_dead else 200)
+                if path == '/version':
+                    return self.send_json(200, {'version': VLLM_VERSION, 'simulator': True})
+                if path == '/load':
+                    return self.send_json(200, {'server_load': sim.requests_running})
+                if path in ('/metrics', '/metrics/'):
+                    return self.send_metrics()
+                if path == '/v1/models':
+                    return self.send_json(200, sim.models_payload())
+                self.send_json(404, {'detail': 'Not Found'})
+
+            def do_POST(self):
+                if not self.authorized():
+                    return
+                path = self.path.split('?', 1)[0]
+                if path == '/ping':
+                    return self.send_empty(503 if sim.engine_dead else 200)
+                if path in ('/v1/chat/completions', '/v1/completions'):
+                    return self.completion(chat=path.endswith('chat/completions'))
+                self.send_json(404, {'detail': 'Not Found'})
+
+            def send_metrics(self):
+                name = sim.served[0]
+                lab = '{{engine="0",model_name="{0}"}}'.format(name)
+                lines = [
+                    '# SIMULATOR metrics (dspark-lab), not vLLM',
+                    'vllm:num_requests_running{0} {1}'.format(lab, sim.requests_running),
+                    'vllm:num_requests_waiting{0} 0'.format(lab),
+                    'vllm:kv_cache_usage_perc{0} 0.0'.format(lab),
+                    'vllm:prompt_tokens_total{0} {1}'.format(lab, sim.counters['prompt']),
+                    'vllm:generation_tokens_total{0} {1}'.format(lab, sim.counters['generation']),
+                    'vllm:request_success_total{0} {1}'.format(lab, sim.counters['success']),
+                ]
+                body = ('\n'.join(lines) + '\n').encode()
+                self.send_response(200)
+                self.send_header('Content-Type', 'text/plain; version=0.0.4')
+                self.send_header('Content-Length', str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def completion(self, chat):
+                body = self.read_body()
+                if body is ValueError or not isinstance(body, dict):
+                    return self.error(400, 'Invalid JSON body', 'BadRequestError')
+                model = body.get('model') or sim.served[0]
+                if model not in sim.served:
+                    return self.error(404, 'The model `{0}` does not exist.'.format(model), 'NotFoundError', 'model')
+                if chat:
+                    messages = body.get('messages')
+                    if not isinstance(messages, list) or not messages:
+                        return self.error(400, 'messages must be a non-empty list', 'BadRequestError', 'messages')
+                    prompt = ' '.join(str(m.get('content', '')) for m in messages if isinstance(m, dict))
+                else:
+                    prompt = str(body.get('prompt', ''))
+                max_tokens = body.get('max_completion_tokens', body.get('max_tokens'))
+                if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+                    return self.error(400, 'max_tokens must be at least 1, got {0}.'.format(max_tokens),
+                                      'BadRequestError', 'max_tokens')
+                if sim.engine_dead:
+                    return self.error(500, 'EngineCore encountered an issue. See stack trace (above) for the root '
+                                      'cause.', 'InternalServerError')
+                if sim.store is not None and sim.store.lost:
+                    # A remote rank died earlier: the first collective fails now.
+                    sim.kill_engine('RuntimeError: NCCL error: remote process exited or there was a network error')
+                    return self.error(500, 'EngineCore encountered an issue. See stack trace (above) for the root '
+                                      'cause.', 'InternalServerError')
+                if env_flag('DSPARK_SIM_WEDGE'):
+                    if not sim.wedge_started.is_set():
+                        sim.wedge_started.set()
+                        threading.Thread(target=sim.wedge_monitor, daemon=True).start()
+                    with sim.counter_lock:
+                        sim.requests_running += 1
+                    threading.Event().wait()     # never answers, like a wedged TP pair
+                words = sim.reply_words(prompt)
+                limit = max_tokens if max_tokens is not None else len(words)
+                out = words[:limit]
+                finish = 'length' if len(out) < len(words) else 'stop'
+                prompt_tokens = max(1, len(prompt.split()))
+                with sim.counter_lock:
+                    sim.counters['prompt'] += prompt_tokens
+                    sim.counters['generation'] += len(out)
+                    sim.counters['success'] += 1
+                rid = self.headers.get('X-Request-Id') or uuid.uuid4().hex[:16]
+                if body.get('stream'):
+                    return self.stream(chat, rid, model, out, finish)
+                text = ' '.join(out)
+                usage = {'prompt_tokens': prompt_tokens, 'total_tokens': prompt_tokens + len(out),
+                         'completion_tokens': len(out), 'prompt_tokens_details': None}
+                if chat:
+                    choice = {'index': 0, 'message': {'role': 'assistant', 'content': text, 'refusal': None,
+                                                      'annotations': None, 'audio': None, 'function_call': None,
+                                                      'reasoning': None},
+                              'logprobs': None, 'finish_reason': finish, 'stop_reason': None, 'token_ids': None}
+                    obj = 'chat.completion'
+                    rid = rid if rid.startswith('chatcmpl-') else 'chatcmpl-' + rid
+                else:
+                    choice = {'index': 0, 'text': text, 'logprobs': None, 'finish_reason': finish,
+                              'stop_reason': None, 'token_ids': None, 'prompt_logprobs': None}
+                    obj = 'text_completion'
+                    rid = rid if rid.startswith('cmpl-') else 'cmpl-' + rid
+                self.send_json(200, {'id': rid, 'object': obj, 'created': int(time.time()), 'model': model,
+                                     'choices': [choice], 'service_tier': None, 'system_fingerprint': None,
+                                     'usage': usage, 'prompt_logprobs': None, 'prompt_token_ids': None,
+                                     'kv_transfer_params': None, 'simulator': True})
+
+            def stream(self, chat, rid, model, words, finish):
+                self.send_response(200)
+                self.send_header('Content-Type', 'text/event-stream')
+                self.send_header('Connection', 'close')
+                self.end_headers()
+                self.close_connection = True
+                obj = 'chat.completion.chunk' if chat else 'text_completion'
+                created = int(time.time())
+                for i, word in enumerate(words):
+                    piece = word if i == 0 else ' ' + word
+                    choice = ({'index': 0, 'delta': {'role': 'assistant', 'content': piece} if i == 0
+                               else {'content': piece}, 'finish_reason': None} if chat
+                              else {'index': 0, 'text': piece, 'finish_reason': None})
+                    self.sse({'id': rid, 'object': obj, 'created': created, 'model': model, 'choices': [choice]})
+                last = ({'index': 0, 'delta': {}, 'finish_reason': finish} if chat
+                        else {'index': 0, 'text': '', 'finish_reason': finish})
+                self.sse({'id': rid, 'object': obj, 'created': created, 'model': model, 'choices': [last]})
+                self.wfile.write(b'data: [DONE]\n\n')
+
+            def sse(self, obj):
+                self.wfile.write(('data: ' + json.dumps(obj) + '\n\n').encode())
+                self.wfile.flush()
+
+        return Handler
+
+    def reply_words(self, prompt):
+        # "OK" first: the recipe's smoke request asks for it.
+        return ('OK. This answer comes from the dspark-lab vLLM simulator: no model ran, tensor parallel size '
+                '{0} across {1} node(s).'.format(self.world_size, self.nnodes)).split()
+
+    def models_payload(self):
+        created = int(time.time())
+        data = []
+        for name in self.served:
+            data.append({'id': name, 'object': 'model', 'created': created, 'owned_by': 'vllm', 'root': self.model,
+                         'parent': None, 'max_model_len': self.max_model_len,
+                         'permission': [{'id': 'modelperm-' + uuid.uuid4().hex[:16], 'object': 'model_permission',
+                                         'created': created, 'allow_create_engine': False, 'allow_sampling': True,
+                                         'allow_logprobs': True, 'allow_search_indices': False, 'allow_view': True,
+                                         'allow_fine_tuning': False, 'organization': '*', 'group': None,
+                                         'is_blocking': False}]})
+        return {'object': 'list', 'data': data}
+
+
+# --------------------------------------------------------------------------- CLI
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog='vllm serve',
+        description='{0}. Accepts the `vllm serve` flags used by the dspark recipe; unknown flags are '
+                    'ignored.'.format(SIMULATOR_NOTE))
+    parser.add_argument('model', nargs='?')
+    parser.add_argument('--model', dest='model_flag')
+    parser.add_argument('--served-model-name', nargs='+')
+    parser.add_argument('--host')
+    parser.add_argument('--port', type=int, default=8000)
+    parser.add_argument('--tensor-parallel-size', '-tp', type=int, default=1)
+    parser.add_argument('--pipeline-parallel-size', '-pp', type=int, default=1)
+    parser.add_argument('--nnodes', '-n', type=int, default=1)
+    parser.add_argument('--node-rank', '-r', type=int, default=0)
+    parser.add_argument('--master-addr', default='127.0.0.1')
+    parser.add_argument('--master-port', type=int, default=29501)
+    parser.add_argument('--headless', action='store_true')
+    parser.add_argument('--revision')
+    parser.add_argument('--max-model-len')
+    parser.add_argument('--gpu-memory-utilization', type=float)
+    parser.add_argument('--distributed-executor-backend')
+    parser.add_argument('--distributed-timeout-seconds', type=float)
+    parser.add_argument('--api-server-count', type=int)
+    parser.add_argument('--api-key', nargs='+')
+    # Boolean flags of the recipe, declared so they never swallow a value.
+    for flag in ('--trust-remote-code', '--enable-prefix-caching', '--enable-prompt-tokens-details',
+                 '--async-scheduling', '--enable-chunked-prefill', '--enable-auto-tool-choice',
+                 '--enable-flashinfer-autotune', '--enable-expert-parallel', '--enforce-eager'):
+        parser.add_argument(flag, action='store_true')
+    return parser
+
+
+def install_signal_handlers(proc):
+    # A container stop must be prompt: no graceful drain, exit 0 like a clean shutdown.
+    def on_signal(signum, _frame):
+        LOG.emit('INFO', 'launcher.py:120', '[SIMULATOR] received signal {0}, shutting down'.format(signum),
+                 proc, os.getpid() if proc else None)
+        die(0)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        sys.stdout.reconfigure(line_buffering=True)
+    except (AttributeError, ValueError):
+        pass
+    if argv and argv[0] in ('--version', '-v', 'version'):
+        print(VLLM_VERSION)
+        print(SIMULATOR_NOTE, file=sys.stderr)
+        return 0
+    if not argv or argv[0] != 'serve':
+        print('usage: vllm serve MODEL [flags]\n{0}: only the `serve` subcommand exists.'.format(SIMULATOR_NOTE),
+              file=sys.stderr)
+        return 2
+    args, unknown = build_parser().parse_known_args(argv[1:])
+    args.model = args.model or args.model_flag
+    install_signal_handlers(None if args.headless else 'APIServer')
+    sim = Simulator(args, unknown)
+    return sim.run()
+
+
+if __name__ == '__main__':
+    sys.exit(main())

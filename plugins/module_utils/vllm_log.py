@@ -1,0 +1,778 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pure parsers for vLLM multi-node (mp executor) logs.
+
+Used by the ``tp_ranks`` action plugin on the controller: rank registration,
+head readiness and a table of known failure signatures. No Ansible imports,
+no I/O. Python 3.8 syntax on purpose (sanity compiles module_utils for 3.8+).
+Formats follow the project's vllm-multinode-facts reference (vLLM 0.10-0.33).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+# Evidence lines are echoed into task results; a runaway line (config dumps,
+# tqdm bars) must not bloat them.
+MAX_EVIDENCE_CHARS = 600
+
+# CSI (colours, cursor moves), OSC (titles) and two-byte escapes.
+_CSI_RE = re.compile(r'\x1b\[[0-9;?]*[ -/]*[@-~]')
+_OSC_RE = re.compile(r'\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)')
+_ESC_RE = re.compile(r'\x1b[@-Z\\-_]')
+
+# Everything before the message: optional `docker logs -t` timestamp and
+# `docker compose logs` service column, the process prefix ("(Worker_TP1 pid=187) ",
+# "(VllmWorker rank=0 pid=2241) ", "(RayWorkerWrapper pid=9, ip=10.0.0.2) "),
+# an optional VLLM_LOGGING_PREFIX, then "INFO 04-24 19:53:22 [parallel_state.py:1402] "
+# or the bracket-less old form "DEBUG 08-02 08:50:03 parallel_state.py:803] ".
+_LEAD_RE = re.compile(
+    r'(?:\d{4}-\d{2}-\d{2}T[\d:.]+Z?\s)?'
+    r'(?:[\w.\-]+\s+\|\s)?'
+    r'(?:\s*\((?P<proc>[A-Za-z][\w.\-]*)[^()]*?\bpid=(?P<pid>\d+)[^()]*\)\s?)?'
+    r'(?:.{0,40}?\b(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:\.\d+)?\s+'
+    r'\[?(?P<file>[^\s\]]+?):(?P<fileline>\d+)\]\s?)?')
+
+_WORLD_RE = re.compile(r'\bworld_size=(?P<world_size>\d+),?\s+rank=(?P<rank>\d+)\b')
+_KV_TOKEN_RE = re.compile(r'\b(?P<key>[A-Za-z_]+)=(?P<value>[^\s,]+)')
+_INIT_RE = re.compile(r'^(?P<scheme>tcp|env|file)://(?P<host>\[[^\]]*\]|[^:/\s]*)(?::(?P<port>\d+))?')
+_ASSIGN_RE = re.compile(r'\brank (?P<rank>\d+) in world size (?P<world_size>\d+) is assigned as (?P<rest>.*)$')
+_GROUP_RE = re.compile(r'(?P<group>\w+) rank (?P<value>\S+?)(?:,|$)')
+
+# One marker per boot, in priority order: a container restarted by its
+# restart policy keeps the old boot's lines in `docker logs`.
+_BOOT_MARKERS = (
+    re.compile(r'Inferred data_parallel_rank \d+ from node_rank \d+'),
+    re.compile(r'non-default args: '),
+    re.compile(r'headless multiproc executor, with head node address'),
+    re.compile(r'vLLM (?:API )?server version '),
+)
+
+_READY_PATTERNS = (
+    ('available_kv_cache', re.compile(r'Available KV cache memory: (?P<gib>[\d.]+) GiB')),
+    ('gpu_kv_cache_size', re.compile(r'GPU KV cache size: (?P<tokens>[\d,]+) tokens')),
+    ('max_concurrency', re.compile(
+        r'Maximum concurrency for (?P<tokens_per_request>[\d,]+) tokens per request: (?P<factor>[\d.]+)x')),
+    ('init_engine', re.compile(
+        r'init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) s')),
+    ('api_server_start', re.compile(r'Starting vLLM (?:API )?server (?:\d+ )?on (?P<url>\S+?)[.,]?\s*$')),
+    ('startup_complete', re.compile(r'Application startup complete\.')),
+    ('version', re.compile(
+        r'(?:vLLM (?:API )?server version |Initializing a V1 LLM engine \(v|Launching vLLM \(v)'
+        r'(?P<version>[0-9][\w.+\-]*)')),
+)
+
+
+def _sig(sig_id, code, category, severity, needles, regex, cause, fix, root_cause=True, **extra):
+    entry = {
+        'id': sig_id,
+        'code': code,
+        'category': category,
+        'severity': severity,
+        'needles': needles,
+        'regex': re.compile(regex),
+        'cause': cause,
+        'fix': fix,
+        'root_cause': root_cause,
+    }
+    entry.update(extra)
+    return entry
+
+
+_FIX_MASTER = ('Start every node with the same --nnodes/--master-addr/--master-port (MASTER_ADDR/MASTER_PORT), '
+               '--master-addr being the head\'s fabric IP reachable from every node, a distinct --node-rank and '
+               '--headless on ranks > 0; open the master port; start all ranks within the distributed timeout.')
+_FIX_NCCL = ('Usually one literal NCCL_IB_GID_INDEX shared by both nodes or stale after a reboot (use '
+             'NCCL_IB_GID_AUTO=1 or a per-node WORKER_NCCL_IB_GID_INDEX), a wrong NCCL_IB_HCA or '
+             'NCCL_SOCKET_IFNAME, or the fabric link down; rerun with NCCL_DEBUG=INFO.')
+_FIX_MEMORY = ('Lower --gpu-memory-utilization (GPU_MEMORY_UTILIZATION), --max-model-len or --max-num-seqs / '
+               '--max-cudagraph-capture-size, and free unified memory (other containers, earlyoom).')
+_FIX_PEER = 'A peer rank or the fabric went away: look at the other ranks\' logs for the root cause.'
+
+# Order matters: the first matching signature claims a line, so the more
+# specific ones come first. `needles` are cheap substring pre-filters (any).
+SIGNATURES = (
+    # --- rendezvous (torch TCPStore on --master-addr:--master-port) ---
+    _sig('store_wait_timeout', 'rendezvous_timeout', 'rendezvous', 'fatal', ('waiting for clients',),
+         r'Timed out after (?P<seconds>\d+) seconds waiting for clients\. (?P<joined>\d+)/(?P<expected>\d+) '
+         r'clients joined',
+         'The rendezvous store on the head waited {seconds} s but only {joined}/{expected} ranks joined.',
+         _FIX_MASTER),
+    _sig('sim_world_size_mismatch', 'world_size_mismatch', 'config', 'fatal', ('world_size mismatch',),
+         r'world_size mismatch \((?:client|this rank) announced (?P<seen>\d+), store expects (?P<expected>\d+)\)',
+         'A rank announced world size {seen} but the store expects {expected} (simulator check).',
+         'Use the same --tensor-parallel-size, --pipeline-parallel-size and --nnodes on every node.'),
+    _sig('sim_duplicate_rank', 'duplicate_rank', 'config', 'fatal', ('already joined',),
+         r'rank (?P<rank>\d+) already joined',
+         'Two processes claimed rank {rank} (simulator check).',
+         'Give every node a distinct --node-rank 0..N-1.'),
+    _sig('client_connect_timeout', 'master_unreachable', 'rendezvous', 'fatal', ('client socket has timed out',),
+         r'client socket has timed out after (?P<timeout>\d+)(?P<unit>ms|s) while trying to connect to '
+         r'\((?P<host>[^,()]+), (?P<port>\d+)\)',
+         'This rank could not reach the rendezvous store at {host}:{port} for the whole timeout.',
+         _FIX_MASTER),
+    _sig('client_connect_timed_out', 'master_unreachable', 'rendezvous', 'fatal', ('failed to connect/validate',),
+         r'TCP client failed to connect/validate to host (?P<host>\S+?):(?P<port>\d+) - timed out',
+         'This rank gave up connecting to the rendezvous store at {host}:{port}.',
+         _FIX_MASTER),
+    _sig('no_route_to_host', 'no_route_to_host', 'network', 'warning',
+         ('No route to host', 'errno: 113', 'EHOSTUNREACH'),
+         r'No route to host|errno: 113\b|EHOSTUNREACH',
+         'This node has no route to the peer/master address (retrying until the timeout).',
+         'Check that --master-addr (MASTER_ADDR) is the head\'s fabric IP and that the fabric interface is up '
+         'with its address and route on both nodes.'),
+    _sig('store_reset', 'store_lost', 'rendezvous', 'warning', ('Connection reset by peer',),
+         r'TCP client failed to connect/validate to host .*Connection reset by peer',
+         'The rendezvous store host reset the connection (head restarting).',
+         'Restart the head and all workers together; do not restart one rank alone.'),
+    _sig('client_connect_retry', 'master_unreachable', 'rendezvous', 'warning',
+         ('will retry', 'failed to connect/validate'),
+         r'\[c10d\] The server socket on \S+ has timed out, will retry|'
+         r'No socket on .* is listening yet, will retry|'
+         r'TCP client failed to connect/validate to host \S+ - retrying',
+         'This rank is still trying to reach the rendezvous store (SYNs dropped or store not up yet).',
+         _FIX_MASTER),
+    _sig('master_addr_unresolvable', 'master_addr_unresolvable', 'rendezvous', 'warning', ('gai error',),
+         r'network addresses of \((?P<host>[^,()]+), (?P<port>\d+)\) cannot be retrieved',
+         'The --master-addr {host} does not resolve on this node.',
+         'Use the head\'s fabric IP (not a hostname) for --master-addr / MASTER_ADDR.'),
+    _sig('master_port_in_use', 'port_in_use', 'network', 'fatal',
+         ('failed to listen on any local network address', 'errno: 98', 'EADDRINUSE'),
+         r'server socket has failed to listen on any local network address|errno: 98 - Address already in use|'
+         r'EADDRINUSE',
+         'The head could not listen on the rendezvous --master-port: it is already in use.',
+         'A stale vLLM container or another service holds MASTER_PORT on the head: remove it, or pick a free '
+         '--master-port (the same value on every node).', port_kind='master'),
+    _sig('internal_port_in_use', 'port_in_use', 'network', 'fatal', ('ZMQError: Address already in use',),
+         r'ZMQError: Address already in use',
+         'An internal vLLM ZMQ port is already in use.',
+         'Unset VLLM_PORT in the container (it is not the API port; it moves internal ports), or free the port.',
+         port_kind='internal'),
+    _sig('api_port_in_use', 'port_in_use', 'network', 'fatal', ('[Errno 98]',),
+         r'\[Errno 98\]',
+         'The head could not bind the API port (--port): address already in use.',
+         'Stop the previous server or container on the head that holds the API port, or change --port.',
+         port_kind='api'),
+    _sig('store_recv_failed', 'store_lost', 'rendezvous', 'fatal',
+         ('recvValue failed', 'Failed to recv, got 0 bytes', '"should dump" flag on TCPStore'),
+         r'recvValue failed|Failed to recv, got 0 bytes|Failed to check the "should dump" flag on TCPStore',
+         'The rendezvous store host (the head\'s rank-0 worker) went away.',
+         'Look at the head\'s log for its root cause; restart the head and all workers together.'),
+    # --- NCCL / Gloo / ZMQ addressing ---
+    _sig('nccl_no_socket_interface', 'wrong_interface', 'network', 'fatal', ('no socket interface found',),
+         r'no socket interface found',
+         'NCCL found no interface matching NCCL_SOCKET_IFNAME.',
+         'Set NCCL_SOCKET_IFNAME (and the worker\'s WORKER_NCCL_SOCKET_IFNAME) to the fabric interface that '
+         'carries the node\'s fabric IP (prefix list; "=" for an exact name).'),
+    _sig('gloo_no_address', 'wrong_interface', 'network', 'fatal', ('Unable to find address for',),
+         r'Unable to find address for:? ?(?P<iface>\S+)?',
+         'Gloo cannot use interface {iface}: it does not exist or has no IPv4 address.',
+         'Set GLOO_SOCKET_IFNAME (WORKER_GLOO_SOCKET_IFNAME on the worker) to the exact interface with the '
+         'fabric IP.'),
+    _sig('gloo_loopback_fallback', 'wrong_interface', 'network', 'warning', ('Using the loopback address',),
+         r'Unable to resolve hostname to a \(local\) address\. Using the loopback address as fallback',
+         'Gloo fell back to the loopback address; cross-node groups cannot work.',
+         'Set GLOO_SOCKET_IFNAME to the fabric interface on every node.'),
+    _sig('gloo_full_mesh', 'wrong_interface', 'network', 'fatal', ('connectFullMesh failed',),
+         r'Gloo connectFullMesh failed',
+         'Gloo could not connect its full mesh between the ranks.',
+         'Set GLOO_SOCKET_IFNAME to the fabric interface on every node and check the fabric link.'),
+    _sig('zmq_cannot_assign', 'wrong_host_ip', 'network', 'fatal',
+         ('Cannot assign requested address', 'errno: 99'),
+         r'Cannot assign requested address|errno: 99\b',
+         'A vLLM queue tried to bind an IP that is not an address of this node.',
+         'Set VLLM_HOST_IP per node to that node\'s own fabric IP (WORKER_VLLM_HOST_IP for the worker).'),
+    _sig('host_ip_fallback', 'wrong_host_ip', 'network', 'warning', ('Failed to get the IP address',),
+         r'Failed to get the IP address, using 0\.0\.0\.0',
+         'vLLM found no IP address for this node and uses 0.0.0.0.',
+         'Set VLLM_HOST_IP to this node\'s fabric IP.'),
+    _sig('vllm_port_scan', 'vllm_port_env', 'config', 'warning', ('is already in use, trying port',),
+         r'Port (?P<port>\d+) is already in use, trying port (?P<next>\d+)',
+         'VLLM_PORT is set, so vLLM scans internal ports upward from {port}.',
+         'Unset VLLM_PORT in the container: it is not the API port (use --port).'),
+    # --- NCCL communicator ---
+    _sig('nccl_remote_error', 'nccl_remote_error', 'network', 'fatal', ('remote process exited',),
+         r'remote process exited or there was a network error',
+         'NCCL lost a peer: a remote rank exited or the network failed.', _FIX_PEER, root_cause=False),
+    _sig('nccl_ib_reg_mr', 'nccl_ib_error', 'network', 'fatal', ('ibv_reg_mr',),
+         r'ibv_reg_mr\w*.*(?:failed|ENOMEM|Cannot allocate memory)',
+         'RDMA memory registration failed.',
+         'Check the container\'s memlock ulimit (-1); DGX OS kernel 7.0.0-1019-nvidia has a known regression '
+         '(6.17.0-1032 works).'),
+    _sig('nccl_unhandled_system_error', 'nccl_init_error', 'network', 'fatal',
+         ('unhandled system error', 'ncclSystemError', 'NCCL error in:'),
+         r'NCCL error: unhandled system error|ncclSystemError|DistBackendError: NCCL error in:',
+         'NCCL failed to initialise its communicator (system or network error).', _FIX_NCCL),
+    _sig('nccl_last_error', 'nccl_init_error', 'network', 'fatal', ('Last error:',),
+         r'Last error:\s*(?P<detail>\S.*)',
+         'NCCL reported: {detail}', _FIX_NCCL),
+    # The text after "Last error:" usually comes on the next line.
+    _sig('nccl_socket_connect', 'nccl_init_error', 'network', 'fatal', ('Connect to',),
+         r'socket\w*Connect: Connect to (?P<peer>\S+?) failed(?:\s*:\s*(?P<reason>.+))?',
+         'NCCL could not connect to its peer {peer}: {reason}.', _FIX_NCCL),
+    _sig('nccl_other_error', 'nccl_error', 'network', 'fatal', ('NCCL error',),
+         r'(?:Error|Exception): NCCL error:? (?P<detail>.+)',
+         'NCCL error: {detail}', _FIX_NCCL),
+    _sig('nccl_connect_refused', 'nccl_connect_refused', 'network', 'warning', ('returned Connection refused',),
+         r'Call to connect returned Connection refused',
+         'NCCL bootstrap connect was refused (peer not listening yet or wrong interface).',
+         'Check NCCL_SOCKET_IFNAME on both nodes; it must select the fabric interface.'),
+    # Any other NCCL WARN (needs NCCL_DEBUG=WARN/INFO): often names the HCA, GID index or peer.
+    _sig('nccl_warn', 'nccl_warning', 'network', 'warning', ('NCCL WARN',),
+         r'NCCL WARN (?P<detail>.+)',
+         'NCCL warned: {detail}', _FIX_NCCL, root_cause=False),
+    # --- memory ---
+    _sig('cuda_oom', 'oom', 'memory', 'fatal',
+         ('OutOfMemoryError', 'out of memory', 'NV_ERR_NO_MEMORY', 'cudaErrorMemoryAllocation'),
+         r'OutOfMemoryError|CUDA out of memory|NV_ERR_NO_MEMORY|cudaErrorMemoryAllocation',
+         'The GPU ran out of memory (load, profiling or graph capture).', _FIX_MEMORY),
+    _sig('free_memory_low', 'insufficient_free_memory', 'memory', 'fatal', ('less than desired GPU memory',),
+         r'Free memory on device .* is less than desired GPU memory utilization',
+         'Less memory is free than --gpu-memory-utilization asks for.',
+         'Lower --gpu-memory-utilization (GPU_MEMORY_UTILIZATION) or stop what else uses GPU/unified memory.'),
+    _sig('kv_cache_too_small', 'kv_cache_too_small', 'memory', 'fatal',
+         ('No available memory for the cache blocks', 'larger than the available KV cache memory'),
+         r'No available memory for the cache blocks|larger than the available KV cache memory',
+         'Profiling left no or too little memory for the KV cache.',
+         'Lower --max-model-len (MAX_MODEL_LEN) or raise --gpu-memory-utilization.'),
+    # --- processes ---
+    _sig('follower_not_headless', 'missing_headless', 'config', 'fatal', ('follower node',),
+         r'collective_rpc should not be called on follower node',
+         'A node with --node-rank > 0 was started without --headless.',
+         'Start ranks 1..N-1 with --headless (no API server on followers).'),
+    _sig('bad_arguments', 'bad_arguments', 'config', 'fatal',
+         ('cannot be used with --headless', 'must be divisible by nnodes', 'must be less than nnodes',
+          'nnodes > 1 can only be set'),
+         r'cannot be used with --headless|must be divisible by nnodes|must be less than nnodes|'
+         r'nnodes > 1 can only be set when distributed executor backend',
+         'vllm serve rejected its multi-node arguments.',
+         'TP x PP must be divisible by --nnodes, --node-rank < --nnodes, --distributed-executor-backend mp, '
+         'no --api-server-count with --headless.'),
+    _sig('model_missing', 'model_missing', 'model', 'fatal',
+         ('LocalEntryNotFoundError', 'OfflineModeIsEnabled', 'RepositoryNotFoundError', 'RevisionNotFoundError',
+          'GatedRepoError'),
+         r'LocalEntryNotFoundError|OfflineModeIsEnabled|RepositoryNotFoundError|RevisionNotFoundError|'
+         r'GatedRepoError',
+         'The checkpoint or revision is not available on this node.',
+         'Prepare the HF cache on this node (or fix its NFS mount) for the pinned --revision; keep '
+         'HF_HUB_OFFLINE=1 only once the cache is complete.'),
+    _sig('worker_died', 'worker_died', 'process', 'fatal',
+         ('died unexpectedly, shutting down executor', 'died unexpectedly (exit code'),
+         r'Worker proc (?P<proc>\S+) died unexpectedly(?: \(exit code: (?P<exit_code>-?\d+)\))?',
+         'Worker process {proc} exited unexpectedly.',
+         'Check dmesg for the OOM killer/earlyoom and the lines above for a traceback; restart both ranks.'),
+    _sig('rpc_timeout', 'rpc_timeout', 'process', 'fatal', ('RPC call to',),
+         r'RPC call to (?P<method>\w+) timed out',
+         'The {method} RPC to the workers timed out (dead or hung rank, or a long JIT).',
+         'Check every worker; raise VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (the recipe uses 1800) for mid-serve JIT.'),
+    _sig('engine_dead', 'engine_dead', 'process', 'fatal',
+         ('EngineDeadError', 'EngineCore encountered a fatal error', 'engine core exited unexpectedly',
+          'Engine core proc', 'output_handler failed'),
+         r'EngineDeadError|EngineCore encountered a fatal error|engine core exited unexpectedly|'
+         r'Engine core proc \S+ died unexpectedly|AsyncLLM output_handler failed',
+         'The engine core died; requests fail with HTTP 500 and /health returns 503.',
+         'Find the first error above (NCCL, OOM, RPC timeout); restart the head and all workers together.',
+         root_cause=False),
+    _sig('startup_cascade', 'startup_failed', 'process', 'fatal',
+         ('WorkerProc failed to start', 'WorkerProc initialization failed', 'EngineCore failed to start',
+          'Engine core initialization failed'),
+         r'WorkerProc failed to start|WorkerProc initialization failed|EngineCore failed to start|'
+         r'Engine core initialization failed',
+         'Start-up failed (worker -> engine core -> API server cascade).',
+         'The root cause is the first traceback above this line.', root_cause=False),
+    _sig('worker_runtime_error', 'worker_error', 'process', 'fatal',
+         ('WorkerProc hit an exception', 'Worker failed with error', 'Executor failed'),
+         r'WorkerProc hit an exception|Worker failed with error|RuntimeError: Executor failed',
+         'A worker failed while serving.', 'See the stack trace above for the root cause.', root_cause=False),
+    _sig('shm_broadcast_stall', 'rank_stalled', 'process', 'warning', ('No available shared memory broadcast',),
+         r'No available shared memory broadcast block found in (?P<seconds>\d+) seconds',
+         'A rank stopped consuming RPCs for {seconds} s (hung peer or long compilation).',
+         'If it repeats, probe generation and check every worker (a wedged pair still answers /health).'),
+)
+
+
+class _Fmt(dict):
+    def __missing__(self, key):
+        return '?'
+
+
+def strip_ansi(text):
+    """Return text without ANSI escapes, with CRLF and lone CR turned into LF."""
+    if text is None:
+        return ''
+    if isinstance(text, bytes):
+        text = text.decode('utf-8', 'replace')
+    text = _OSC_RE.sub('', text)
+    text = _CSI_RE.sub('', text)
+    text = _ESC_RE.sub('', text)
+    # vLLM ends multi-line records with \r\n; a lone \r is a tqdm redraw and
+    # must not glue two records into one line.
+    return text.replace('\r\n', '\n').replace('\r', '\n')
+
+
+def _numbered(text, first_lineno=1):
+    return list(enumerate(strip_ansi(text).split('\n'), first_lineno))
+
+
+def _evidence(line):
+    line = line.strip()
+    if len(line) > MAX_EVIDENCE_CHARS:
+        return line[:MAX_EVIDENCE_CHARS] + '...'
+    return line
+
+
+def _lead(line):
+    """(process, pid, level, message start) of a log line, best effort."""
+    match = _LEAD_RE.match(line)
+    level = match.group('level')
+    return (match.group('proc'), int(match.group('pid')) if match.group('pid') else None,
+            'WARNING' if level == 'WARN' else level, match.end())
+
+
+def _header(line):
+    proc, pid, level, _start = _lead(line)
+    return {'process': proc, 'pid': pid, 'level': level}
+
+
+def _is_traceback_body(line):
+    # Frame ("  File ...") and source lines ("    raise RuntimeError(f'NCCL error: ...')")
+    # quote code, not errors; only the final exception line counts.
+    start = _lead(line)[3]
+    return line[start:start + 2] == '  '
+
+
+def _int_or_text(value):
+    return int(value) if value.isdigit() else value
+
+
+def _parse_world_line(lineno, line):
+    match = _WORLD_RE.search(line)
+    if not match:
+        return None
+    fields = {}
+    for tok in _KV_TOKEN_RE.finditer(line, match.start()):
+        fields[tok.group('key')] = tok.group('value')
+    # "DP group leader: ... world_size=2, local_world_size=1" and engine config
+    # dumps also carry world_size=; only the parallel_state line has these.
+    if 'distributed_init_method' not in fields and 'backend' not in fields:
+        return None
+    rec = {
+        'kind': 'world_size',
+        'rank': int(match.group('rank')),
+        'world_size': int(match.group('world_size')),
+        'local_rank': int(fields['local_rank']) if fields.get('local_rank', '').isdigit() else None,
+        'init_method': fields.get('distributed_init_method'),
+        'master_addr': None,
+        'master_port': None,
+        'backend': fields.get('backend'),
+        'fields': fields,
+        'lineno': lineno,
+        'line': _evidence(line),
+    }
+    init = _INIT_RE.match(rec['init_method'] or '')
+    if init:
+        rec['master_addr'] = init.group('host').strip('[]') or None
+        rec['master_port'] = int(init.group('port')) if init.group('port') else None
+    rec.update(_header(line))
+    return rec
+
+
+def _parse_assign_line(lineno, line):
+    match = _ASSIGN_RE.search(line)
+    if not match:
+        return None
+    groups = {}
+    for grp in _GROUP_RE.finditer(match.group('rest').strip()):
+        groups[grp.group('group')] = _int_or_text(grp.group('value'))
+    tp_rank = groups.get('TP')
+    rec = {
+        'kind': 'assignment',
+        'rank': int(match.group('rank')),
+        'world_size': int(match.group('world_size')),
+        'groups': groups,
+        'tp_rank': tp_rank if isinstance(tp_rank, int) else None,
+        'lineno': lineno,
+        'line': _evidence(line),
+    }
+    rec.update(_header(line))
+    return rec
+
+
+def _rank_records(numbered):
+    records = []
+    for lineno, line in numbered:
+        rec = None
+        if 'world_size=' in line:
+            rec = _parse_world_line(lineno, line)
+        if rec is None and ' in world size ' in line:
+            rec = _parse_assign_line(lineno, line)
+        if rec is not None:
+            records.append(rec)
+    return records
+
+
+def parse_rank_lines(text):
+    """Records for the ``world_size=W rank=R ...`` and ``rank R in world size W is assigned as ...`` lines.
+
+    Each record has kind ('world_size' or 'assignment'), rank, world_size,
+    level/process/pid (None when absent), lineno and the evidence line.
+    """
+    return _rank_records(_numbered(text))
+
+
+def _ready_markers(numbered):
+    found = {}
+    for lineno, line in numbered:
+        for name, regex in _READY_PATTERNS:
+            match = regex.search(line)
+            if not match:
+                continue
+            values = {}
+            for key, value in match.groupdict().items():
+                if value is None:
+                    continue
+                if key in ('tokens', 'tokens_per_request'):
+                    value = int(value.replace(',', ''))
+                elif key in ('gib', 'factor', 'seconds'):
+                    value = float(value)
+                values[key] = value
+            values['lineno'] = lineno
+            values['line'] = _evidence(line)
+            # The v0.33 one-line KV record carries both markers; keep scanning.
+            found[name] = values
+    markers = dict((name, found.get(name)) for name, _regex in _READY_PATTERNS)
+    kv = markers['gpu_kv_cache_size']
+    done = markers['startup_complete']
+    markers['ready'] = bool(kv and done and done['lineno'] > kv['lineno'])
+    return markers
+
+
+def head_ready_markers(text):
+    """Latest readiness markers of a head log and ``ready``.
+
+    ready = ``GPU KV cache size`` followed by ``Application startup complete.``.
+    Each marker is None or a dict with parsed values, lineno and line.
+    """
+    return _ready_markers(_numbered(text))
+
+
+def _diagnose(numbered):
+    diagnoses = []
+    by_sig = {}
+    for lineno, line in numbered:
+        if not line:
+            continue
+        body = None
+        for sig in SIGNATURES:
+            if not any(needle in line for needle in sig['needles']):
+                continue
+            if body is None:
+                body = _is_traceback_body(line)
+            if body:
+                break
+            match = sig['regex'].search(line)
+            if not match:
+                continue
+            if sig['id'] in by_sig:
+                by_sig[sig['id']]['count'] += 1
+                break
+            details = dict((k, v) for k, v in match.groupdict().items() if v is not None)
+            for key in ('seconds', 'joined', 'expected', 'port', 'seen', 'rank', 'exit_code', 'timeout', 'next'):
+                if key in details and details[key].lstrip('-').isdigit():
+                    details[key] = int(details[key])
+            diag = {
+                'code': sig['code'],
+                'signature': sig['id'],
+                'category': sig['category'],
+                'severity': sig['severity'],
+                'root_cause': sig['root_cause'],
+                'cause': sig['cause'].format_map(_Fmt(details)),
+                'fix': sig['fix'],
+                'details': details,
+                'count': 1,
+                'lineno': lineno,
+                'line': _evidence(line),
+            }
+            if 'port_kind' in sig:
+                diag['details']['port_kind'] = sig['port_kind']
+            by_sig[sig['id']] = diag
+            diagnoses.append(diag)
+            # One diagnosis per line: the table is ordered specific-first.
+            break
+    return diagnoses
+
+
+def find_failures(text):
+    """Known failure signatures found in a log, in log order.
+
+    One diagnosis per signature (first evidence line, ``count`` of hits):
+    code, signature, category, severity ('fatal'|'warning'), root_cause,
+    cause, fix (names the variable to check), details, lineno, line.
+    """
+    return _diagnose(_numbered(text))
+
+
+def split_boots(text):
+    """Split a log into boots (a restarted container keeps older boots in ``docker logs``)."""
+    numbered = _numbered(text)
+    for marker in _BOOT_MARKERS:
+        starts = [i for i, (_n, line) in enumerate(numbered) if marker.search(line)]
+        if starts:
+            break
+    else:
+        return [numbered]
+    # Lines before the first marker (logo, banner) belong to the first boot.
+    bounds = [0] + starts[1:] + [len(numbered)]
+    boots = [numbered[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
+    return [boot for boot in boots if any(line.strip() for _n, line in boot)]
+
+
+def _norm_rank_entry(value):
+    if value is None:
+        return {}
+    if isinstance(value, (str, bytes)):
+        return {'log': value}
+    return dict(value)
+
+
+def _as_int(value):
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+_RUNNING_STATES = ('running',)
+_GONE_STATES = ('missing', 'absent', 'not_found', 'notfound', 'removed', 'removing')
+_STOPPED_STATES = ('exited', 'dead', 'stopped')
+
+
+def _container_diagnosis(rank, node, state, exit_code):
+    """Failure/warning for a non-running container, or None."""
+    state_l = str(state).strip().lower() if state is not None else None
+    code = _as_int(exit_code)
+    if state_l in _RUNNING_STATES:
+        # docker inspect keeps the exit code of an earlier run; ignore it.
+        return None
+    base = {'rank': rank, 'node': node, 'category': 'container', 'root_cause': False, 'count': 1,
+            'lineno': None, 'line': None,
+            'details': {'container_state': state, 'exit_code': exit_code}}
+    if code is not None and code != 0:
+        base.update(code='container_exited', signature='container_exited', severity='fatal',
+                    cause='The container of rank {0} on {1} exited with code {2} (state {3}).'.format(
+                        rank, node, code, state_l or 'unknown'),
+                    fix='Read that rank\'s log for the root cause; restart the head and all workers together.')
+        if state_l == 'restarting':
+            base['cause'] += ' It is in a restart loop.'
+        return base
+    if state_l in _GONE_STATES:
+        base.update(code='container_missing', signature='container_missing', severity='fatal',
+                    cause='There is no container for rank {0} on {1}.'.format(rank, node),
+                    fix='Start that rank (worker ranks first, then the head).')
+        return base
+    if state_l in _STOPPED_STATES:
+        base.update(code='container_stopped', signature='container_stopped', severity='fatal',
+                    cause='The container of rank {0} on {1} is {2} (exit code {3}).'.format(
+                        rank, node, state_l, exit_code),
+                    fix='Start the whole group again (workers first, then the head).')
+        return base
+    if state_l:
+        base.update(code='container_not_running', signature='container_not_running', severity='warning',
+                    cause='The container of rank {0} on {1} is {2}.'.format(rank, node, state_l),
+                    fix='Wait for it or restart the whole group.')
+        return base
+    return None
+
+
+def _tagged(diag, rank, node, **extra):
+    out = dict(diag)
+    out['rank'] = rank
+    out['node'] = node
+    out.update(extra)
+    return out
+
+
+def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
+    """Assess a TP group from every rank's log and container state.
+
+    logs_by_rank: {rank: {"node", "log", "container_state", "exit_code"}}
+    (rank keys may be strings, as after a JSON round trip). With
+    last_boot_only, failures of older boots become warnings.
+    """
+    expected = _as_int(expected_world_size)
+    if expected is None or expected < 1:
+        raise ValueError('expected_world_size must be a positive integer, got %r' % (expected_world_size,))
+    entries = {}
+    for key, value in (logs_by_rank or {}).items():
+        rank = _as_int(key)
+        if rank is None:
+            raise ValueError('logs_by_rank keys must be ranks (integers), got %r' % (key,))
+        entries[rank] = _norm_rank_entry(value)
+
+    failures = []
+    warnings = []
+    registered = {}     # rank -> registration entry
+    world_lines = {}    # rank -> [(log key, node, record)]
+    rank_nodes = {}     # rank -> {node: first record}, to catch a --node-rank used twice
+    per_rank = []
+    head_markers = None
+    head_fatal_after_ready = False
+
+    for key in sorted(entries):
+        entry = entries[key]
+        node = entry.get('node') or 'rank{0}'.format(key)
+        boots = split_boots(entry.get('log') or '')
+        current = boots[-1] if last_boot_only else [pair for boot in boots for pair in boot]
+        if last_boot_only:
+            for boot_index, old in enumerate(boots[:-1]):
+                for diag in _diagnose(old):
+                    warnings.append(_tagged(diag, key, node, severity='warning', previous_boot=boot_index + 1))
+
+        records = _rank_records(current)
+        ranks_in_log = set()
+        for rec in records:
+            ranks_in_log.add(rec['rank'])
+            if rec['kind'] == 'world_size':
+                world_lines.setdefault(rec['rank'], []).append((key, node, rec))
+            rank_nodes.setdefault(rec['rank'], {}).setdefault(node, rec)
+            if rec['kind'] == 'assignment' and rec['rank'] not in registered:
+                registered[rec['rank']] = {
+                    'rank': rec['rank'], 'node': node, 'tp_rank': rec['tp_rank'],
+                    'world_size': rec['world_size'], 'groups': rec['groups'],
+                    'evidence': rec['line'], 'lineno': rec['lineno'], 'log_key': key}
+
+        if records and key not in ranks_in_log:
+            failures.append({
+                'code': 'rank_mismatch', 'signature': 'rank_mismatch', 'category': 'config', 'severity': 'fatal',
+                'root_cause': True, 'rank': key, 'node': node, 'count': 1,
+                'cause': 'The log of {0} (expected rank {1}) shows rank(s) {2}.'.format(
+                    node, key, ', '.join(str(r) for r in sorted(ranks_in_log))),
+                'fix': 'Check --node-rank on {0}: node r must run rank r.'.format(node),
+                'details': {'ranks_in_log': sorted(ranks_in_log)}, 'lineno': records[0]['lineno'],
+                'line': records[0]['line']})
+
+        diags = _diagnose(current)
+        markers = _ready_markers(current) if key == 0 else None
+        for diag in diags:
+            tagged = _tagged(diag, key, node)
+            (failures if diag['severity'] == 'fatal' else warnings).append(tagged)
+            if (markers and markers['ready'] and diag['severity'] == 'fatal'
+                    and diag['lineno'] > markers['startup_complete']['lineno']):
+                head_fatal_after_ready = True
+
+        cont = _container_diagnosis(key, node, entry.get('container_state'), entry.get('exit_code'))
+        if cont is not None:
+            (failures if cont['severity'] == 'fatal' else warnings).append(cont)
+        if key == 0:
+            head_markers = markers
+            if cont is not None and cont['severity'] == 'fatal':
+                head_fatal_after_ready = True
+
+        per_rank.append({'rank': key, 'node': node, 'boots': len(boots), 'lines': len(current),
+                         'container_state': entry.get('container_state'), 'exit_code': entry.get('exit_code'),
+                         'kv_cache_ready': any('Available KV cache memory' in line for _n, line in current)})
+
+    for rank in sorted(rank_nodes):
+        if len(rank_nodes[rank]) > 1:
+            nodes = sorted(rank_nodes[rank])
+            rec = rank_nodes[rank][nodes[-1]]
+            failures.append({
+                'code': 'duplicate_rank', 'signature': 'duplicate_rank', 'category': 'config',
+                'severity': 'fatal', 'root_cause': True, 'rank': rank, 'node': nodes[-1], 'count': 1,
+                'cause': 'Rank {0} appears in the logs of {1}.'.format(rank, ', '.join(nodes)),
+                'fix': 'Give every node a distinct --node-rank 0..N-1.',
+                'details': {'nodes': nodes}, 'lineno': rec['lineno'], 'line': rec['line']})
+
+    # Init method per rank: the INFO line carries tcp://A:P; the DEBUG entry
+    # line shows the pre-substitution tcp://127.0.0.1:<port>, so use DEBUG only
+    # when a (very old) build logged nothing else.
+    init_methods = []
+    world_sizes = set(r['world_size'] for r in registered.values())
+    for rank in sorted(world_lines):
+        lines = world_lines[rank]
+        preferred = [item for item in lines if item[2]['level'] != 'DEBUG'] or lines
+        _key, node, rec = preferred[-1]
+        world_sizes.add(rec['world_size'])
+        init_methods.append({'rank': rank, 'node': node, 'init_method': rec['init_method'],
+                             'evidence': rec['line'], 'lineno': rec['lineno']})
+    methods = set(item['init_method'] for item in init_methods if item['init_method'])
+    if len(methods) > 1:
+        failures.append({
+            'code': 'init_method_mismatch', 'signature': 'init_method_mismatch', 'category': 'config',
+            'severity': 'fatal', 'root_cause': True, 'rank': None, 'node': None, 'count': 1,
+            'cause': 'Ranks use different rendezvous addresses: {0}.'.format(', '.join(
+                '{0}={1}'.format(i['rank'], i['init_method']) for i in init_methods)),
+            'fix': 'Use the same --master-addr and --master-port (MASTER_ADDR/MASTER_PORT) on every node.',
+            'details': {'init_methods': sorted(methods)}, 'lineno': None, 'line': None})
+    if world_sizes and world_sizes != set([expected]):
+        failures.append({
+            'code': 'world_size_mismatch', 'signature': 'world_size_seen', 'category': 'config',
+            'severity': 'fatal', 'root_cause': True, 'rank': None, 'node': None, 'count': 1,
+            'cause': 'Expected world size {0}, logs show {1}.'.format(
+                expected, ', '.join(str(w) for w in sorted(world_sizes))),
+            'fix': 'Use --tensor-parallel-size x --pipeline-parallel-size = {0} and the same --nnodes on every '
+                   'node.'.format(expected),
+            'details': {'world_sizes': sorted(world_sizes)}, 'lineno': None, 'line': None})
+
+    expected_ranks = list(range(expected))
+    registered_list = []
+    for rank in sorted(registered):
+        item = dict(registered[rank])
+        item.pop('log_key', None)
+        registered_list.append(item)
+    missing = [r for r in expected_ranks if r not in registered]
+    pending = [r for r in missing if r in world_lines]
+    seen_methods = dict((i['rank'], i['init_method']) for i in init_methods)
+    consistent = (len(methods) == 1 and all(seen_methods.get(r) for r in expected_ranks))
+    head_ready = bool(head_markers and head_markers['ready'] and not head_fatal_after_ready)
+    failures.sort(key=lambda d: (d['rank'] is None, d['rank'] if d['rank'] is not None else 0,
+                                 d['lineno'] or 0))
+
+    ok = (not missing and consistent and world_sizes == set([expected]) and head_ready and not failures)
+    seen_sizes = sorted(world_sizes | set(r['world_size'] for r in registered_list))
+    return {
+        'ok': ok,
+        'msg': _summary(expected, registered_list, missing, methods, head_ready, failures, entries),
+        'expected_world_size': expected,
+        'expected_ranks': expected_ranks,
+        'registered_ranks': registered_list,
+        'missing_ranks': missing,
+        'pending_ranks': pending,
+        # The head's rank line only appears once every rank passed the store
+        # rendezvous and group creation.
+        'rendezvous_complete': 0 in registered,
+        'world_size': seen_sizes[0] if len(seen_sizes) == 1 else None,
+        'world_sizes_seen': seen_sizes,
+        'init_method': sorted(methods)[0] if len(methods) == 1 else None,
+        'init_methods': init_methods,
+        'init_method_consistent': consistent,
+        'head_ready': head_ready,
+        'head_markers': head_markers,
+        'failures': failures,
+        'warnings': warnings,
+        'ranks': per_rank,
+    }
+
+
+def _summary(expected, registered, missing, methods, head_ready, failures, entries):
+    def where(rank):
+        entry = entries.get(rank) or {}
+        return 'rank {0} ({1})'.format(rank, entry.get('node') or 'unknown node')
+
+    parts = ['{0}/{1} TP ranks registered'.format(len(registered), expected)]
+    if len(methods) == 1:
+        parts[0] += ' via {0}'.format(next(iter(methods)))
+    if missing:
+        parts.append('missing: ' + ', '.join(where(r) for r in missing))
+    parts.append('head ready' if head_ready else 'head not ready')
+    roots = [f for f in failures if f.get('root_cause')] or failures
+    if roots:
+        first = roots[0]
+        loc = where(first['rank']) if first.get('rank') is not None else 'group'
+        parts.append('{0}: {1}: {2} Fix: {3}'.format(loc, first['code'], first['cause'], first['fix']))
+    return '; '.join(parts)

@@ -1,0 +1,498 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""End-to-end tests of the lab's vLLM SIMULATOR (lab/simulator/dspark_vllm_sim.py).
+
+Real processes on 127.0.0.1 only, short timeouts, every wait bounded; logs are
+judged with plugins/module_utils/vllm_log.py exactly as the tp_ranks action
+plugin will judge the real ones.
+"""
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SIM = ROOT / 'lab' / 'simulator' / 'dspark_vllm_sim.py'
+MODEL = 'deepseek-ai/DeepSeek-V4-Flash-0731'
+SERVED = 'deepseek-v4-flash-0731'
+LOOPBACK = '127.0.0.1'
+
+try:
+    from ansible_collections.dspark.cluster.plugins.module_utils import vllm_log
+except ImportError:
+    # Plain checkout, not under ansible_collections/dspark/cluster: load by path.
+    _SPEC = importlib.util.spec_from_file_location('dspark_cluster_vllm_log',
+                                                   str(ROOT / 'plugins' / 'module_utils' / 'vllm_log.py'))
+    vllm_log = importlib.util.module_from_spec(_SPEC)
+    _SPEC.loader.exec_module(vllm_log)
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def base_env(**extra):
+    env = dict((k, v) for k, v in os.environ.items()
+               if not k.startswith(('DSPARK_SIM_', 'VLLM_', 'NCCL_', 'GLOO_')))
+    env.update({
+        'PYTHONUNBUFFERED': '1',
+        'NO_COLOR': '1',
+        'OMP_NUM_THREADS': '1',
+        'DSPARK_SIM_LOAD_SECONDS': '0.3',
+        'DSPARK_SIM_RENDEZVOUS_TIMEOUT': '8',
+        # The real store binds the wildcard address; tests stay on loopback.
+        'DSPARK_SIM_STORE_BIND': LOOPBACK,
+    })
+    env.update(dict((k, str(v)) for k, v in extra.items()))
+    return env
+
+
+class SimProc:
+    """One simulated node: a real `vllm serve` stand-in process with its output captured."""
+
+    def __init__(self, node, rank, argv, env):
+        self.node = node
+        self.rank = rank
+        self.proc = subprocess.Popen([sys.executable, str(SIM), 'serve', MODEL] + argv, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.lines = []
+        self.lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for raw in iter(self.proc.stdout.readline, b''):
+            with self.lock:
+                self.lines.append(raw.decode('utf-8', 'replace'))
+
+    def log(self):
+        with self.lock:
+            return ''.join(self.lines)
+
+    def wait_for(self, text, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.log():
+                return True
+            if self.proc.poll() is not None:
+                self.reader.join(2)
+                return text in self.log()
+            time.sleep(0.05)
+        return False
+
+    def wait_exit(self, timeout):
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self.reader.join(2)
+        return code
+
+    def entry(self):
+        code = self.proc.poll()
+        return {'node': self.node, 'log': self.log(), 'container_state': 'running' if code is None else 'exited',
+                'exit_code': code}
+
+    def kill(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.proc.stdout.close()
+
+
+class Group:
+    """Launches the ranks of one TP group with the recipe's command line."""
+
+    def __init__(self, nnodes, started):
+        self.nnodes = nnodes
+        self.master_port = free_port()
+        self.api_port = free_port()
+        self.started = started
+        self.procs = {}
+
+    def argv(self, rank, headless=None, tp=None, api_port=None):
+        tp = tp or self.nnodes
+        argv = ['--revision', '9e165c30e2704aec5d9d593cce3eebd58bbef1cb', '--served-model-name', SERVED,
+                '--host', LOOPBACK, '--port', str(api_port or self.api_port), '--trust-remote-code',
+                '--tensor-parallel-size', str(tp), '--pipeline-parallel-size', '1',
+                '--kv-cache-dtype', 'nvfp4_ds_mla', '--max-model-len', '1048576',
+                '--gpu-memory-utilization', '0.835',
+                '--speculative-config', '{"method":"dspark","num_speculative_tokens":5}',
+                '--distributed-executor-backend', 'mp', '--nnodes', str(tp if tp != self.nnodes else self.nnodes),
+                '--node-rank', str(rank), '--master-addr', LOOPBACK, '--master-port', str(self.master_port)]
+        if headless if headless is not None else rank > 0:
+            argv.append('--headless')
+        return argv
+
+    def start(self, rank, env=None, **kwargs):
+        proc = SimProc('node%d' % rank if rank else 'head', rank, self.argv(rank, **kwargs), env or base_env())
+        self.started.append(proc)
+        self.procs[rank] = proc
+        return proc
+
+    def assess(self, expected=None):
+        return vllm_log.assess_group(expected or self.nnodes, dict((r, p.entry()) for r, p in self.procs.items()))
+
+
+@pytest.fixture
+def started():
+    procs = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+
+
+def http(method, url, body=None, timeout=5, headers=None):
+    data = json.dumps(body).encode() if body is not None else None
+    all_headers = {'Content-Type': 'application/json'}
+    all_headers.update(headers or {})
+    req = urllib.request.Request(url, data=data, method=method, headers=all_headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as err:
+        raw = err.read()
+        return err.code, json.loads(raw) if raw else None
+
+
+def codes_of(result, key='failures'):
+    return sorted(set((f['code'], f['rank'], f['node']) for f in result[key]), key=str)
+
+
+def diag_codes(text):
+    return [d['code'] for d in vllm_log.find_failures(text)]
+
+
+# --------------------------------------------------------------------------- healthy group
+
+@pytest.fixture(scope='module')
+def healthy_pair(tmp_path_factory):
+    procs = []
+    group = Group(2, procs)
+    ready_file = tmp_path_factory.mktemp('sim') / 'ready'
+    try:
+        group.start(1)                          # worker first, as the recipe does
+        time.sleep(0.3)
+        head = group.start(0, env=base_env(DSPARK_SIM_READY_FILE=ready_file))
+        assert head.wait_for('Application startup complete.', 15), head.log()
+        yield group, ready_file
+    finally:
+        for proc in procs:
+            proc.kill()
+
+
+def test_healthy_pair_registers_both_ranks(healthy_pair):
+    group, _ready = healthy_pair
+    result = group.assess()
+    init = 'tcp://127.0.0.1:%d' % group.master_port
+    assert [(r['rank'], r['node'], r['tp_rank']) for r in result['registered_ranks']] == [
+        (0, 'head', 0), (1, 'node1', 1)]
+    assert result['missing_ranks'] == [] and result['pending_ranks'] == []
+    assert result['init_method'] == init and result['init_method_consistent'] is True
+    assert [i['init_method'] for i in result['init_methods']] == [init, init]
+    assert result['world_size'] == 2 and result['head_ready'] is True
+    assert result['failures'] == [] and result['warnings'] == []
+    assert result['ok'] is True, result['msg']
+    # Only the head prints the nccl version and the API lines; both say SIMULATOR.
+    assert 'vLLM is using nccl==' not in group.procs[1].log()
+    assert 'Application startup complete.' not in group.procs[1].log()
+    assert all('SIMULATOR' in p.log().splitlines()[0] for p in group.procs.values())
+
+
+def test_healthy_pair_api(healthy_pair):
+    group, ready_file = healthy_pair
+    base = 'http://%s:%d' % (LOOPBACK, group.api_port)
+    assert http('GET', base + '/health') == (200, None)
+    status, models = http('GET', base + '/v1/models')
+    assert status == 200
+    assert [(m['id'], m['root'], m['max_model_len']) for m in models['data']] == [(SERVED, MODEL, 1048576)]
+    status, version = http('GET', base + '/version')
+    assert status == 200 and version['version'] == '0.25.1' and version['simulator'] is True
+
+    body = {'model': SERVED, 'messages': [{'role': 'user', 'content': 'Reply with OK.'}], 'max_tokens': 32}
+    status, chat = http('POST', base + '/v1/chat/completions', body)
+    assert status == 200
+    assert chat['object'] == 'chat.completion' and chat['id'].startswith('chatcmpl-')
+    assert chat['choices'][0]['message']['role'] == 'assistant'
+    assert chat['choices'][0]['message']['content'].startswith('OK')
+    assert chat['choices'][0]['finish_reason'] == 'stop'
+
+    body['max_tokens'] = 3
+    status, short = http('POST', base + '/v1/chat/completions', body)
+    assert status == 200 and short['usage']['completion_tokens'] == 3
+    assert len(short['choices'][0]['message']['content'].split()) == 3
+    assert short['choices'][0]['finish_reason'] == 'length'
+
+    status, err = http('POST', base + '/v1/chat/completions', dict(body, model='nope'))
+    assert status == 404 and err['error']['type'] == 'NotFoundError' and err['error']['param'] == 'model'
+
+    ready_at = float(ready_file.read_text())
+    assert 0 < time.time() - ready_at < 60
+    # Access lines are logged in uvicorn format.
+    assert group.procs[0].wait_for('"POST /v1/chat/completions HTTP/1.1" 200 OK', 3)
+
+
+def test_three_node_group(started):
+    group = Group(3, started)
+    group.start(1)
+    group.start(2)
+    head = group.start(0)
+    assert head.wait_for('Application startup complete.', 15), head.log()
+    result = group.assess()
+    assert [(r['rank'], r['node']) for r in result['registered_ranks']] == [(0, 'head'), (1, 'node1'), (2, 'node2')]
+    assert result['ok'] is True, result['msg']
+    assert 'rank 2 in world size 3 is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 2' in \
+        group.procs[2].log()
+
+
+def test_api_refuses_connections_until_every_rank_joined(started):
+    group = Group(2, started)
+    head = group.start(0)
+    assert head.wait_for('world_size=2 rank=0', 5)
+    with pytest.raises(OSError):
+        socket.create_connection((LOOPBACK, group.api_port), timeout=1).close()
+    group.start(1)
+    assert head.wait_for('Application startup complete.', 15), head.log()
+    socket.create_connection((LOOPBACK, group.api_port), timeout=2).close()
+
+
+# --------------------------------------------------------------------------- injected failures
+
+def test_never_join_times_out_on_both_sides(started):
+    group = Group(2, started)
+    env = base_env(DSPARK_SIM_RENDEZVOUS_TIMEOUT=2)
+    worker = group.start(1, env=base_env(DSPARK_SIM_RENDEZVOUS_TIMEOUT=2, DSPARK_SIM_NEVER_JOIN=1))
+    head = group.start(0, env=env)
+    assert head.wait_exit(10) == 1, head.log()
+    assert worker.wait_exit(10) == 1, worker.log()
+    assert 'DistStoreError: Timed out after 3 seconds waiting for clients. 1/2 clients joined.' in head.log()
+    assert 'DistNetworkError: The client socket has timed out after 2000ms while trying to connect to ' \
+           '(127.0.0.1, %d).' % group.master_port in worker.log()
+    result = group.assess()
+    assert result['registered_ranks'] == [] and result['missing_ranks'] == [0, 1]
+    assert result['pending_ranks'] == [0, 1]
+    failures = codes_of(result)
+    assert ('rendezvous_timeout', 0, 'head') in failures
+    assert ('master_unreachable', 1, 'node1') in failures
+    assert ('container_exited', 0, 'head') in failures and ('container_exited', 1, 'node1') in failures
+    timeout = [f for f in result['failures'] if f['code'] == 'rendezvous_timeout'][0]
+    assert timeout['details'] == {'seconds': 3, 'joined': 1, 'expected': 2}
+    assert ('master_unreachable', 1, 'node1') in codes_of(result, 'warnings')   # the "will retry" lines
+    assert 'rank 0 (head): rendezvous_timeout' in result['msg']
+
+
+def test_worker_without_head_gives_up(started):
+    group = Group(2, started)
+    worker = group.start(1, env=base_env(DSPARK_SIM_RENDEZVOUS_TIMEOUT=1.5))
+    assert worker.wait_exit(8) == 1, worker.log()
+    assert diag_codes(worker.log()) == ['master_unreachable', 'startup_failed']
+
+
+@pytest.mark.parametrize('where', ['worker', 'head'])
+def test_nccl_error(started, where):
+    group = Group(2, started)
+    bad = base_env(DSPARK_SIM_NCCL_ERROR=1, NCCL_DEBUG='WARN')
+    worker = group.start(1, env=bad if where == 'worker' else None)
+    head = group.start(0, env=bad if where == 'head' else None)
+    failing, peer = (worker, head) if where == 'worker' else (head, worker)
+    assert failing.wait_exit(10) == 1, failing.log()
+    assert peer.wait_exit(10) == 1, peer.log()
+    assert 'RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)' in failing.log()
+    result = group.assess()
+    failures = codes_of(result)
+    assert ('nccl_init_error', failing.rank, failing.node) in failures
+    # A failing worker shows up at the head as a lost NCCL peer; a failing head
+    # takes the TCPStore with it, which the worker sees first.
+    peer_code = 'nccl_remote_error' if where == 'worker' else 'store_lost'
+    assert (peer_code, peer.rank, peer.node) in failures
+    nccl = [f for f in result['failures'] if f['code'] == 'nccl_init_error'][0]
+    assert 'NCCL_IB_GID_INDEX' in nccl['fix']
+    assert ('nccl_warning', failing.rank, failing.node) in codes_of(result, 'warnings')
+    assert result['registered_ranks'] == [] and result['head_ready'] is False
+
+
+def test_crash_after_ready_on_head(started):
+    group = Group(2, started)
+    worker = group.start(1)
+    head = group.start(0, env=base_env(DSPARK_SIM_CRASH_AFTER=2))
+    assert head.wait_for('Application startup complete.', 10), head.log()
+    assert group.assess()['head_ready'] is True
+    assert head.wait_exit(10) == 1
+    assert worker.wait_exit(10) == 1          # its store host is gone
+    result = group.assess()
+    assert result['head_ready'] is False and result['head_markers']['ready'] is True
+    failures = codes_of(result)
+    assert ('worker_died', 0, 'head') in failures and ('engine_dead', 0, 'head') in failures
+    assert ('store_lost', 1, 'node1') in failures
+    # Registration evidence stays: both ranks did join before the crash.
+    assert [r['rank'] for r in result['registered_ranks']] == [0, 1]
+
+
+def test_crash_of_worker_surfaces_at_next_request(started):
+    group = Group(2, started)
+    worker = group.start(1, env=base_env(DSPARK_SIM_CRASH_AFTER=1.5))
+    head = group.start(0)
+    assert head.wait_for('Application startup complete.', 10), head.log()
+    assert worker.wait_exit(10) == 1
+    assert diag_codes(worker.log()) == ['worker_died']
+    # The head cannot see the remote process: /health stays 200 until a request runs a collective.
+    base = 'http://%s:%d' % (LOOPBACK, group.api_port)
+    assert http('GET', base + '/health')[0] == 200
+    body = {'model': SERVED, 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 4}
+    status, err = http('POST', base + '/v1/chat/completions', body)
+    assert status == 500 and err['error']['type'] == 'InternalServerError'
+    assert head.wait_exit(5) == 1
+    assert ('nccl_remote_error', 0, 'head') in codes_of(group.assess())
+    assert ('engine_dead', 0, 'head') in codes_of(group.assess())
+
+
+def test_wedge_health_ok_but_generation_hangs(started):
+    group = Group(2, started)
+    group.start(1)
+    head = group.start(0, env=base_env(DSPARK_SIM_WEDGE=1, VLLM_RINGBUFFER_WARNING_INTERVAL=1))
+    assert head.wait_for('Application startup complete.', 10), head.log()
+    base = 'http://%s:%d' % (LOOPBACK, group.api_port)
+    body = {'model': SERVED, 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 4}
+    with pytest.raises((socket.timeout, TimeoutError, urllib.error.URLError)):
+        http('POST', base + '/v1/chat/completions', body, timeout=1.5)
+    assert http('GET', base + '/health', timeout=2)[0] == 200
+    assert head.wait_for('No available shared memory broadcast block found in 1 seconds', 5)
+    result = group.assess()
+    assert ('rank_stalled', 0, 'head') in codes_of(result, 'warnings')
+    assert result['failures'] == [] and result['head_ready'] is True
+
+
+def test_oom_on_worker(started):
+    group = Group(2, started)
+    worker = group.start(1, env=base_env(DSPARK_SIM_OOM=1))
+    head = group.start(0)
+    assert worker.wait_exit(10) == 1, worker.log()
+    assert head.wait_exit(10) == 1, head.log()
+    result = group.assess()
+    assert ('oom', 1, 'node1') in codes_of(result)
+    assert ('nccl_remote_error', 0, 'head') in codes_of(result)
+    assert 'gpu-memory-utilization' in [f for f in result['failures'] if f['code'] == 'oom'][0]['fix']
+    # The rank lines were printed before the load failed.
+    assert [r['rank'] for r in result['registered_ranks']] == [0, 1]
+    assert result['head_ready'] is False
+
+
+def test_master_port_in_use(started):
+    group = Group(2, started)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blocker:
+        blocker.bind((LOOPBACK, group.master_port))
+        blocker.listen(1)
+        head = group.start(0)
+        assert head.wait_exit(8) == 1, head.log()
+    diags = [d for d in vllm_log.find_failures(head.log()) if d['code'] == 'port_in_use']
+    assert [d['details']['port_kind'] for d in diags] == ['master']
+
+
+def test_api_port_in_use(started):
+    group = Group(2, started)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blocker:
+        blocker.bind((LOOPBACK, group.api_port))
+        blocker.listen(1)
+        head = group.start(0)
+        assert head.wait_exit(8) == 1, head.log()
+    diags = [d for d in vllm_log.find_failures(head.log()) if d['code'] == 'port_in_use']
+    assert [d['details']['port_kind'] for d in diags] == ['api']
+
+
+def test_world_size_mismatch_is_rejected(started):
+    group = Group(2, started)
+    head = group.start(0, env=base_env(DSPARK_SIM_RENDEZVOUS_TIMEOUT=3))
+    worker = group.start(1, tp=3)               # --tensor-parallel-size 3 --nnodes 3 on the worker
+    assert worker.wait_exit(8) == 1, worker.log()
+    assert 'world_size mismatch' in head.log()
+    assert 'world_size_mismatch' in diag_codes(worker.log())
+    assert 'world_size_mismatch' in diag_codes(head.log())
+    assert head.wait_exit(8) == 1
+    result = group.assess()
+    assert ('world_size_mismatch', None, None) in codes_of(result)     # 3 seen, 2 expected
+    assert ('rendezvous_timeout', 0, 'head') in codes_of(result)
+
+
+def test_follower_without_headless(started):
+    group = Group(2, started)
+    head = group.start(0)
+    follower = group.start(1, headless=False, api_port=free_port())
+    assert follower.wait_exit(10) == 1, follower.log()
+    assert head.wait_exit(10) == 1, head.log()
+    assert ('missing_headless', 1, 'node1') in codes_of(group.assess())
+
+
+def test_gloo_wrong_interface(started):
+    group = Group(2, started)
+    # The upper-case twin of the lab's fabric NIC: a classic wrong value (no such interface here).
+    worker = group.start(1, env=base_env(GLOO_SOCKET_IFNAME='enP2p1s0f1np1'))
+    head = group.start(0)
+    assert worker.wait_exit(10) == 1, worker.log()
+    diag = [d for d in vllm_log.find_failures(worker.log()) if d['code'] == 'wrong_interface'][0]
+    assert diag['details']['iface'] == 'enP2p1s0f1np1'
+    assert head.wait_exit(10) == 1
+
+
+def test_nccl_socket_ifname_matches_nothing(started):
+    group = Group(2, started)
+    head = group.start(0, env=base_env(NCCL_SOCKET_IFNAME='=enp1s0f0np0', NCCL_DEBUG='WARN'))
+    group.start(1)
+    assert head.wait_exit(10) == 1, head.log()
+    assert diag_codes(head.log())[:2] == ['wrong_interface', 'startup_failed']
+
+
+def test_vllm_host_ip_not_local(started):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(('192.0.2.77', 0))
+        except OSError:
+            pass
+        else:       # pragma: no cover - ip_nonlocal_bind or the address is local
+            pytest.skip('192.0.2.77 can be bound on this host')
+    group = Group(2, started)
+    head = group.start(0, env=base_env(VLLM_HOST_IP='192.0.2.77'))
+    assert head.wait_exit(8) == 1, head.log()
+    assert 'wrong_host_ip' in diag_codes(head.log())
+
+
+def test_sigterm_exits_promptly(started):
+    group = Group(2, started)
+    group.start(1)
+    head = group.start(0)
+    assert head.wait_for('Application startup complete.', 10)
+    start = time.monotonic()
+    head.proc.send_signal(signal.SIGTERM)
+    assert head.wait_exit(3) == 0
+    assert time.monotonic() - start < 2
+
+
+def test_cli_version_and_bad_arguments(started):
+    out = subprocess.run([sys.executable, str(SIM), '--version'], capture_output=True, timeout=10, text=True,
+                         check=False)
+    assert out.returncode == 0 and out.stdout.strip() == '0.25.1' and 'SIMULATOR' in out.stderr
+    bad = subprocess.run([sys.executable, str(SIM), 'serve', MODEL, '--tensor-parallel-size', '2', '--nnodes', '3',
+                          '--port', str(free_port()), '--host', LOOPBACK, '--some-unknown-flag', 'value'],
+                         capture_output=True, timeout=10, text=True, env=base_env(), check=False)
+    assert bad.returncode == 1
+    assert diag_codes(bad.stdout) == ['bad_arguments']
