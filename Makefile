@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SCENARIOS := $(sort $(notdir $(wildcard molecule/*)))
 
-.PHONY: venv lab lab-down site lint sanity unit molecule test build bench
+.PHONY: venv lab lab-down site lint sanity unit labtest molecule test build bench
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt
@@ -33,6 +33,11 @@ sanity: venv
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
+# The lab's own checks (SSH, fabric, DF ping); the lab is taken down afterwards.
+labtest: venv
+	bash lab/lab.sh up
+	DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q tests/lab; rc=$$?; bash lab/lab.sh down; exit $$rc
+
 build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path $(VENV)/build .
 
@@ -45,4 +50,4 @@ molecule: venv
 bench: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH bash bench/run.sh
 
-test: lint unit sanity build molecule
+test: lint unit sanity build labtest molecule

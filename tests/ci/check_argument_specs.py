@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Keep every role's defaults, meta/argument_specs.yml and README variable table in step.
 
 Checks, for each role: the same variable names in defaults/main.yml and argument_specs (entry point

@@ -90,9 +90,12 @@ BROKEN = [
 def test_broken_inventory_fails_in_preflight_before_any_node_is_contacted(tmp_path, name, breaks, expected):
     inventory = yaml.safe_load((LAB / "hosts.yml").read_text())
     broken = copy.deepcopy(inventory)
-    breaks(_pair(broken))
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(broken))
+    pair = _pair(broken)
+    breaks(pair)
     shutil.copytree(LAB / "group_vars", tmp_path / "group_vars")
+    # group_vars files outrank vars written in hosts.yml, so a group's own values go in its file.
+    (tmp_path / "group_vars" / "lab_pair.yml").write_text(yaml.safe_dump(pair.pop("vars")))
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(broken))
     # The lab key path is relative to the inventory directory; point it back at the real one.
     extra = "ansible_ssh_private_key_file=%s" % (ROOT / ".lab" / "id_ed25519")
     run = subprocess.run(

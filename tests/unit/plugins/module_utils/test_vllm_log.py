@@ -25,8 +25,10 @@ FIXTURES = Path(__file__).resolve().parent / 'fixtures' / 'vllm'
 
 
 def fixture(name):
-    # Binary read: the ANSI fixtures keep their \r\n endings and escape bytes.
-    return (FIXTURES / name).read_bytes().decode('utf-8')
+    # Binary read keeps the escape bytes. The ANSI fixtures are stored with \n (sanity forbids \r\n in
+    # files) and get the \r\n of a captured terminal log back here.
+    text = (FIXTURES / name).read_bytes().decode('utf-8')
+    return text.replace('\n', '\r\n') if '_ansi_' in name else text
 
 
 def codes(diagnoses):

@@ -1,0 +1,64 @@
+"""No-op re-run of site.yml on the converged lab pair: goal changed=0 in at most 60 s.
+
+Converges once (not timed), then times RUNS further runs and records wall time and the recap.
+"""
+
+import json
+import os
+import pathlib
+import platform
+import re
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RESULT = ROOT / "bench" / "results" / "site_noop.json"
+RUNS = int(os.environ.get("BENCH_RUNS", "3"))
+GOAL_SECONDS = 60.0
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+def playbook():
+    started = time.monotonic()
+    run = subprocess.run(["ansible-playbook", "-i", "inventories/lab/hosts.yml", "site.yml"],
+                         cwd=ROOT, capture_output=True, text=True, check=False)
+    elapsed = time.monotonic() - started
+    if run.returncode != 0:
+        sys.exit("site.yml failed (rc=%d):\n%s" % (run.returncode, run.stdout[-3000:] + run.stderr[-3000:]))
+    recap = {m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3))} for m in RECAP.finditer(run.stdout)}
+    return elapsed, recap
+
+
+def machine():
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
+                if line.startswith("model name")), platform.processor())
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
+
+
+def main():
+    playbook()  # converge
+    samples = [playbook() for dummy in range(RUNS)]
+    times = sorted(round(t, 2) for t, dummy in samples)
+    changed = max(n["changed"] for dummy, recap in samples for n in recap.values())
+    result = {
+        "benchmark": "site.yml no-op re-run on the converged lab pair",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                     text=True, check=False).stdout.strip(),
+        "runs": RUNS,
+        "seconds": times,
+        "median_seconds": times[len(times) // 2],
+        "max_changed": changed,
+        "hosts": sorted(samples[-1][1]),
+        "goal": {"max_seconds": GOAL_SECONDS, "changed": 0},
+        "met": changed == 0 and times[-1] <= GOAL_SECONDS,
+    }
+    RESULT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result, indent=2))
+    return 0 if result["met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
