@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
-SCENARIOS := $(sort $(notdir $(wildcard molecule/*)))
+SCENARIOS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard molecule/*/molecule.yml)))))
 
 .PHONY: venv lab lab-down site lint sanity unit labtest molecule test build bench
 
@@ -13,8 +13,12 @@ $(VENV)/.installed: requirements.txt
 	$(BIN)/pip install -q -r requirements.txt
 	touch $@
 
+# The lab pair plus the SIMULATOR image archive that the lab inventory distributes.
 lab: venv
 	bash lab/lab.sh up
+	bash lab/simulator/build.sh
+	mkdir -p .lab/images
+	docker save -o .lab/images/vllm-sim.tar dspark-lab/vllm-sim:latest
 
 lab-down:
 	bash lab/lab.sh down
