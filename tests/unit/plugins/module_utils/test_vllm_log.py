@@ -27,7 +27,8 @@ FIXTURES = Path(__file__).resolve().parent / 'fixtures' / 'vllm'
 def fixture(name):
     # Binary read keeps the escape bytes. The ANSI fixtures are stored with \n (sanity forbids \r\n in
     # files) and get the \r\n of a captured terminal log back here.
-    text = (FIXTURES / name).read_bytes().decode('utf-8')
+    # Lone carriage returns (tqdm redraws) are stored as <CR>, since sanity rejects any \r in a file.
+    text = (FIXTURES / name).read_bytes().decode('utf-8').replace('<CR>', '\r')
     return text.replace('\n', '\r\n') if '_ansi_' in name else text
 
 
