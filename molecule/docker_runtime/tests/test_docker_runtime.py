@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 import pytest
-import testinfra
+from labhosts import lab_node
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 INVENTORY = ROOT / "inventories" / "lab" / "hosts.yml"
@@ -25,54 +25,50 @@ def archive_id():
     return "sha256:" + config.rsplit("/", 1)[-1].removesuffix(".json")
 
 
-def node(name):
-    return testinfra.get_host("ansible://%s?ansible_inventory=%s" % (name, INVENTORY))
-
-
 def playbook(*extra):
     run = subprocess.run([shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(INVENTORY), str(PLAYBOOK), *extra],
                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     return run.returncode, run.stdout + run.stderr
 
 
-def test_engine_runs_and_compose_v2_answers(host):
-    assert host.service("docker").is_running
-    assert host.service("docker").is_enabled
-    version = host.check_output("docker compose version --short")
+def test_engine_runs_and_compose_v2_answers(lab_host):
+    assert lab_host.service("docker").is_running
+    assert lab_host.service("docker").is_enabled
+    version = lab_host.check_output("docker compose version --short")
     assert version.lstrip("v").startswith("2."), version
 
 
-def test_daemon_json_is_the_role_dictionary(host):
-    config = json.loads(host.file("/etc/docker/daemon.json").content_string)
+def test_daemon_json_is_the_role_dictionary(lab_host):
+    config = json.loads(lab_host.file("/etc/docker/daemon.json").content_string)
     assert config["log-driver"] == "json-file"
     assert config["log-opts"] == {"max-size": "100m", "max-file": "3"}
     assert config["live-restore"] is False
-    assert host.file("/etc/docker/daemon.json").mode == 0o644
+    assert lab_host.file("/etc/docker/daemon.json").mode == 0o644
 
 
-def test_operator_user_is_in_the_docker_group(host):
-    assert "docker" in host.user("spark").groups
+def test_operator_user_is_in_the_docker_group(lab_host):
+    assert "docker" in lab_host.user("spark").groups
 
 
-def test_no_gpu_means_no_nvidia_toolkit(host):
-    assert not host.package("nvidia-container-toolkit").is_installed
-    assert not host.file("/etc/apt/sources.list.d/nvidia-container-toolkit.sources").exists
+def test_no_gpu_means_no_nvidia_toolkit(lab_host):
+    assert not lab_host.package("nvidia-container-toolkit").is_installed
+    assert not lab_host.file("/etc/apt/sources.list.d/nvidia-container-toolkit.sources").exists
 
 
-def test_image_is_the_archive_image_and_the_staged_copy_is_gone(host):
-    assert host.check_output("docker image inspect --format '{{.Id}}' %s" % IMAGE) == archive_id()
-    assert not host.file("/var/tmp/dspark-images/vllm-sim.tar").exists
+def test_image_is_the_archive_image_and_the_staged_copy_is_gone(lab_host):
+    assert lab_host.check_output("docker image inspect --format '{{.Id}}' %s" % IMAGE) == archive_id()
+    assert not lab_host.file("/var/tmp/dspark-images/vllm-sim.tar").exists
 
 
 def test_image_ids_are_equal_on_both_nodes():
-    ids = {name: node(name).check_output("docker image inspect --format '{{.Id}}' %s" % IMAGE)
+    ids = {name: lab_node(name).check_output("docker image inspect --format '{{.Id}}' %s" % IMAGE)
            for name in ("spark-head", "spark-worker")}
     assert len(set(ids.values())) == 1, ids
 
 
 @pytest.fixture
 def worker_with_other_image():
-    worker = node("spark-worker")
+    worker = lab_node("spark-worker")
     worker.check_output("tar -C /etc -c hostname | docker import - dspark-lab/other:1 >/dev/null")
     worker.check_output("docker tag dspark-lab/other:1 %s" % IMAGE)
     other = worker.check_output("docker image inspect --format '{{.Id}}' dspark-lab/other:1")
@@ -91,20 +87,20 @@ def test_mismatched_image_is_reported_by_node_and_id(worker_with_other_image):
 def test_retag_by_hand_is_repaired_by_the_next_run(worker_with_other_image):
     rc, out = playbook()
     assert rc == 0, out
-    assert node("spark-worker").check_output("docker image inspect --format '{{.Id}}' %s" % IMAGE) == archive_id()
+    assert lab_node("spark-worker").check_output("docker image inspect --format '{{.Id}}' %s" % IMAGE) == archive_id()
     assert "changed=0" not in out.split("PLAY RECAP")[-1].split("spark-worker")[1].split("\n")[0]
 
 
 @pytest.fixture
 def running_container():
-    head = node("spark-head")
+    head = lab_node("spark-head")
     head.check_output("docker run -d --name dspark-test-sleeper --network none %s sleep 600" % archive_id())
     yield "dspark-test-sleeper"
     head.run("docker rm -f dspark-test-sleeper")
 
 
 def test_config_change_under_running_containers_stops_before_writing(running_container):
-    head = node("spark-head")
+    head = lab_node("spark-head")
     before = head.file("/etc/docker/daemon.json").content_string
     rc, out = playbook("-e", '{"docker_runtime_daemon_options": {"log-driver": "json-file", "log-opts": {"max-size": "50m"}}}')
     assert rc != 0

@@ -19,20 +19,20 @@ PLAYBOOK = ROOT / "playbooks" / "preflight.yml"
 PAIR = ("all", "children", "dspark", "children", "lab_pair")
 
 
-def test_node_answers_as_inventory_user_with_sudo(host):
+def test_node_answers_as_inventory_user_with_sudo(lab_host):
     # Connected as `spark` and became root through sudo, as every later role will.
-    assert host.user().name == "root"
-    assert host.user("spark").exists
-    assert host.run("printenv SUDO_USER").stdout.strip() == "spark"
-    assert host.exists("python3")
+    assert lab_host.user().name == "root"
+    assert lab_host.user("spark").exists
+    assert lab_host.run("printenv SUDO_USER").stdout.strip() == "spark"
+    assert lab_host.exists("python3")
 
 
-def test_fabric_interface_has_the_inventory_address(host):
-    address = host.ansible.get_variables()["dspark_fabric_address"]
-    link = host.interface("enp1s0f1np1")
+def test_fabric_interface_has_the_inventory_address(lab_host):
+    address = _pair(yaml.safe_load((LAB / "hosts.yml").read_text()))["hosts"][lab_host.name]["dspark_fabric_address"]
+    link = lab_host.interface("enp1s0f1np1")
     assert link.exists
     assert address in link.addresses
-    assert host.file("/sys/class/net/enp1s0f1np1/mtu").content_string.strip() == "9000"
+    assert lab_host.file("/sys/class/net/enp1s0f1np1/mtu").content_string.strip() == "9000"
 
 
 def _pair(inventory):

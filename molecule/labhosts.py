@@ -1,0 +1,26 @@
+"""The lab nodes as testinfra hosts over plain SSH, for the scenario verifiers.
+
+The lab inventory spells its key path as a template, which testinfra's ansible backend does not render;
+here the path comes from DSPARK_LAB_STATE (set by .config/molecule/config.yml) and the ports from the
+inventory, so the checks never depend on a reused SSH session.
+"""
+
+import os
+import pathlib
+
+import testinfra
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+LAB_INVENTORY = ROOT / "inventories" / "lab" / "hosts.yml"
+LAB_STATE = pathlib.Path(os.environ.get("DSPARK_LAB_STATE", ROOT / ".lab"))
+PAIR = yaml.safe_load(LAB_INVENTORY.read_text())["all"]["children"]["dspark"]["children"]["lab_pair"]
+NODES = tuple(PAIR["hosts"])
+
+
+def lab_node(name):
+    """A testinfra host for lab node `name`, as root through sudo, like the roles."""
+    port = PAIR["hosts"][name]["ansible_port"]
+    return testinfra.get_host(
+        "ssh://spark@127.0.0.1:%d" % port, sudo=True, ssh_identity_file=str(LAB_STATE / "id_ed25519"),
+        ssh_extra_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR")

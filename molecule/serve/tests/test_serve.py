@@ -1,0 +1,110 @@
+"""Verify the serve scenario: the simulated group runs head-then-worker, tp_ranks proved both ranks, day-2
+playbooks work, and every failure the simulator can inject is diagnosed by rank, node and cause, leaving
+no half-started group. The serving image here is the lab SIMULATOR, not vLLM."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+import yaml
+from labhosts import lab_node
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+LAB = ROOT / "inventories" / "lab"
+NODES = ("spark-head", "spark-worker")
+
+
+def playbook(name, inventory=LAB / "hosts.yml", *extra):
+    run = subprocess.run([shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(inventory),
+                          str(ROOT / "playbooks" / name), *extra],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    return run.returncode, run.stdout + run.stderr
+
+
+def container(name):
+    out = lab_node(name).run("docker inspect --format '{{json .}}' dspark-vllm")
+    return json.loads(out.stdout) if out.rc == 0 else None
+
+
+def test_both_ranks_run_with_their_rank_flags():
+    head, worker = container("spark-head"), container("spark-worker")
+    assert head["State"]["Running"] and worker["State"]["Running"]
+    head_cmd, worker_cmd = " ".join(head["Args"]), " ".join(worker["Args"])
+    assert "--node-rank 0" in head_cmd and "--headless" not in head_cmd
+    assert "--node-rank 1" in worker_cmd and "--headless" in worker_cmd
+    for cmd in (head_cmd, worker_cmd):
+        assert "--nnodes 2" in cmd and "--master-addr 192.168.100.1" in cmd and "--master-port 25000" in cmd
+    assert head["Image"] == worker["Image"]
+    assert head["Config"]["Labels"]["dspark.cluster/group"] == "lab_pair"
+
+
+def test_each_rank_gets_its_own_fabric_environment():
+    for name, address in (("spark-head", "192.168.100.1"), ("spark-worker", "192.168.100.2")):
+        env = dict(e.split("=", 1) for e in container(name)["Config"]["Env"])
+        assert env["VLLM_HOST_IP"] == address
+        assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "enp1s0f1np1"
+        assert env["NCCL_IB_ROCE_VERSION_NUM"] == "2"
+
+
+def test_secrets_file_is_private():
+    secrets = lab_node("spark-head").file("/etc/dspark/serve/secrets.env")
+    assert secrets.mode == 0o600 and secrets.user == "root"
+
+
+def test_head_generates():
+    out = lab_node("spark-head").check_output(
+        "curl -fsS -m 20 -H 'Content-Type: application/json' http://127.0.0.1:8888/v1/chat/completions "
+        "-d '{\"model\": \"deepseek-v4-flash\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 8}'")
+    assert json.loads(out)["choices"]
+
+
+def test_status_playbook_reports_a_serving_group():
+    rc, out = playbook("status.yml")
+    assert rc == 0, out
+    assert out.count("state: running") == 2, out
+
+
+def test_logs_playbook_saves_every_rank(tmp_path):
+    rc, out = playbook("logs.yml", LAB / "hosts.yml", "-e", "serve_failure_logs_dir=%s" % tmp_path)
+    assert rc == 0, out
+    head_log = (tmp_path / "lab_pair" / "rank0-spark-head.log").read_text()
+    worker_log = (tmp_path / "lab_pair" / "rank1-spark-worker.log").read_text()
+    assert "rank 0 in world size 2" in head_log
+    assert "rank 1 in world size 2" in worker_log
+
+
+def faulty_inventory(tmp_path, host, env):
+    """A copy of the lab inventory whose `host` injects a simulator failure."""
+    shutil.copy(LAB / "hosts.yml", tmp_path / "hosts.yml")
+    shutil.copytree(LAB / "group_vars", tmp_path / "group_vars")
+    base = yaml.safe_load((LAB / "group_vars" / "dspark.yml").read_text())["serve_extra_env"]
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / ("%s.yml" % host)).write_text(yaml.safe_dump({"serve_extra_env": dict(base, **env)}))
+    return tmp_path / "hosts.yml"
+
+
+FAULTS = [
+    ("worker never joins", "spark-worker", {"DSPARK_SIM_NEVER_JOIN": "1", "DSPARK_SIM_RENDEZVOUS_TIMEOUT": "8"},
+     ["rank 1", "spark-worker"]),
+    ("NCCL init error on the worker", "spark-worker", {"DSPARK_SIM_NCCL_ERROR": "1"}, ["rank 1", "spark-worker", "NCCL"]),
+    ("out of memory on the worker", "spark-worker", {"DSPARK_SIM_OOM": "1"}, ["rank 1", "spark-worker", "memory"]),
+    ("head crashes", "spark-head", {"DSPARK_SIM_CRASH_AFTER": "2"}, ["rank 0", "spark-head"]),
+    ("wedged head", "spark-head", {"DSPARK_SIM_WEDGE": "1", "VLLM_RINGBUFFER_WARNING_INTERVAL": "2"},
+     ["spark-head", "wedge"]),
+]
+
+
+@pytest.mark.parametrize("name, host, env, expected", FAULTS, ids=[f[0] for f in FAULTS])
+def test_injected_failure_is_diagnosed_and_no_rank_is_left(tmp_path, name, host, env, expected):
+    inventory = faulty_inventory(tmp_path, host, env)
+    rc, out = playbook("serve.yml", inventory, "-e", "serve_failure_logs_dir=%s" % (tmp_path / "logs"))
+    assert rc != 0, "%s: the start did not fail:\n%s" % (name, out[-4000:])
+    failure = out[out.find("did not start"):]
+    for word in expected:
+        assert word.lower() in failure.lower(), "%s: %r missing from the diagnosis:\n%s" % (name, word, failure[:3000])
+    for rank, member in enumerate(NODES):
+        assert (tmp_path / "logs" / "lab_pair" / ("rank%d-%s.log" % (rank, member))).exists()
+        assert container(member) is None, "%s left a container on %s" % (name, member)
