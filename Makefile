@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SCENARIOS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard molecule/*/molecule.yml)))))
 
-.PHONY: venv lab lab-down site lint sanity unit labtest molecule test build bench
+.PHONY: venv lab lab-down site lint sanity unit labtest vmlabtest molecule test build bench
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt
@@ -41,6 +41,12 @@ unit: venv
 labtest: venv
 	bash lab/lab.sh up
 	DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q tests/lab; rc=$$?; bash lab/lab.sh down; exit $$rc
+
+# The VM lab's own checks (boot ~80 s under emulation); not part of `make test`: the fabric scenario boots it.
+vmlabtest: venv
+	bash lab/vm/vmlab.sh build
+	bash lab/vm/vmlab.sh up
+	DSPARK_VMLAB_REQUIRED=1 $(BIN)/pytest -q tests/vmlab; rc=$$?; bash lab/vm/vmlab.sh down; exit $$rc
 
 build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path $(VENV)/build .

@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# Second test lab: two Debian trixie VMs (spark-head, spark-worker) under QEMU software emulation, for what
+# containers cannot do here: kernel NFS, sysctls, RDMA. Each VM has a management NIC (QEMU user-mode NAT,
+# SSH on loopback) and a fabric NIC named enp1s0f1np1 (MTU 9000) carrying a soft-RoCE device rocep1s0f1;
+# the two fabric NICs are joined by a QEMU UDP socket link.
+# Usage: vmlab.sh build | up | down [--purge] | status
+set -euo pipefail
+
+VM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$VM_DIR/../.." && pwd)
+# The key is shared with the container lab (lab/lab.sh): same path, same format, made only if missing.
+KEY="$REPO/.lab/id_ed25519"
+STATE="$REPO/.lab/vm"
+BASE="$STATE/base.qcow2"
+KERNEL="$STATE/vmlinuz"
+INITRD="$STATE/initrd.img"
+# Which key and which recipe the base image was built with (checked by up/build).
+BASE_KEY="$STATE/base.pub"
+BASE_RECIPE="$STATE/base.recipe"
+MIRROR=http://deb.debian.org/debian
+SUITE=trixie
+IMAGE_SIZE=4G
+FABRIC_IF=enp1s0f1np1
+FABRIC_HCA=rocep1s0f1
+FABRIC_MTU=9000
+NODES=(spark-head spark-worker)
+declare -A SSH_PORT=([spark-head]=2231 [spark-worker]=2232)
+# The fabric link is one UDP socket per VM on loopback, each sending to the other's.
+declare -A FABRIC_UDP=([spark-head]=42231 [spark-worker]=42232)
+declare -A PEER=([spark-head]=spark-worker [spark-worker]=spark-head)
+# Fixed MACs: lab/vm/rootfs/etc/systemd/network/* match on them (keep both places in step).
+declare -A MGMT_MAC=([spark-head]=52:54:00:d5:00:01 [spark-worker]=52:54:00:d5:00:02)
+declare -A FABRIC_MAC=([spark-head]=52:54:00:d5:01:01 [spark-worker]=52:54:00:d5:01:02)
+MEMORY=2048
+# Hard limit for both VMs to answer SSH with the fabric ready (boot takes 60-90 s under emulation).
+UP_TIMEOUT=${DSPARK_VMLAB_UP_TIMEOUT:-300}
+DOWN_TIMEOUT=15
+# A login to an emulated guest costs 1-2 s: up and status reuse one master connection per VM.
+SSH_OPTS=(-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes
+  -o ConnectTimeout=5 -o LogLevel=ERROR
+  -o ControlMaster=auto -o "ControlPath=$STATE/ssh-%p" -o ControlPersist=60)
+
+log() { printf 'vmlab: %s\n' "$*"; }
+die() { printf 'vmlab: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# --- Build ---------------------------------------------------------------------------------------------
+
+# Hash of everything that goes into the image, to tell a stale base image from a current one.
+recipe_hash() {
+  (cd "$VM_DIR" && find packages.txt customize.sh rootfs -type f -print0 | sort -z | xargs -0 sha256sum) |
+    sha256sum | cut -c1-12
+}
+
+ensure_host_packages() {
+  local missing=() cmd pkg
+  for cmd in qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils debootstrap:debootstrap; do
+    pkg=${cmd#*:}
+    command -v "${cmd%%:*}" >/dev/null || missing+=("$pkg")
+  done
+  ((${#missing[@]} == 0)) && return 0
+  log "installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+ensure_key() {
+  [[ -s $KEY ]] || {
+    mkdir -p "$(dirname "$KEY")"
+    log "creating ssh key $KEY"
+    # Generate aside and hard-link into place: if lab.sh makes the key at the same moment, one wins whole.
+    local tmp
+    tmp=$(mktemp -d "$(dirname "$KEY")/.keygen.XXXXXX")
+    ssh-keygen -q -t ed25519 -N '' -C dspark-lab -f "$tmp/k"
+    if ln "$tmp/k" "$KEY" 2>/dev/null; then cp "$tmp/k.pub" "$KEY.pub"; fi
+    rm -rf "$tmp"
+  }
+  [[ -s $KEY.pub ]] || ssh-keygen -y -f "$KEY" >"$KEY.pub"
+}
+
+cmd_build() {
+  local t0=$SECONDS rootfs raw pkgs
+  mkdir -p "$STATE"
+  if [[ -s $BASE && -s $KERNEL && -s $INITRD ]]; then
+    log "base image $BASE exists, nothing to build"
+    warn_stale
+    return 0
+  fi
+  ensure_host_packages
+  ensure_key
+  rootfs="$STATE/rootfs"
+  raw="$STATE/base.raw"
+  # A half-finished earlier build is thrown away whole (never through a /proc it left mounted).
+  umount "$rootfs/proc" 2>/dev/null || true
+  rm -rf --one-file-system "$rootfs" "$raw" "$BASE.tmp"
+  pkgs=$(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$VM_DIR/packages.txt" | paste -sd, -)
+  log "debootstrap $SUITE (minbase + $pkgs)"
+  mkdir -p "$STATE/debs"
+  # --cache-dir keeps the .debs, so a rebuild after `down --purge` downloads nothing.
+  debootstrap --variant=minbase --include="$pkgs" --cache-dir="$STATE/debs" \
+    "$SUITE" "$rootfs" "$MIRROR" >"$STATE/debootstrap.log" 2>&1 ||
+    { tail -n 20 "$STATE/debootstrap.log" >&2; die "debootstrap failed (see $STATE/debootstrap.log)"; }
+  log "customising the rootfs"
+  cp -a "$VM_DIR/rootfs/." "$rootfs/"
+  # systemctl in the chroot wants /proc.
+  mount -t proc proc "$rootfs/proc"
+  trap 'umount "$rootfs/proc" 2>/dev/null || true' EXIT
+  chroot "$rootfs" /bin/bash -s -- "$(cat "$KEY.pub")" <"$VM_DIR/customize.sh"
+  umount "$rootfs/proc"
+  trap - EXIT
+  # Direct -kernel boot: no bootloader in the image.
+  install -m 0644 "$(printf '%s\n' "$rootfs"/boot/vmlinuz-* | sort -V | tail -n1)" "$KERNEL.tmp"
+  install -m 0644 "$(printf '%s\n' "$rootfs"/boot/initrd.img-* | sort -V | tail -n1)" "$INITRD.tmp"
+  log "making the disk image ($IMAGE_SIZE, sparse)"
+  truncate -s "$IMAGE_SIZE" "$raw"
+  mkfs.ext4 -q -L root -d "$rootfs" "$raw"
+  qemu-img convert -O qcow2 "$raw" "$BASE.tmp"
+  rm -rf --one-file-system "$rootfs" "$raw"
+  mv "$KERNEL.tmp" "$KERNEL"
+  mv "$INITRD.tmp" "$INITRD"
+  cp "$KEY.pub" "$BASE_KEY"
+  recipe_hash >"$BASE_RECIPE"
+  mv "$BASE.tmp" "$BASE"
+  log "built $BASE ($(du -h "$BASE" | cut -f1)) in $((SECONDS - t0))s"
+}
+
+warn_stale() {
+  [[ $(cat "$BASE_RECIPE" 2>/dev/null) == "$(recipe_hash)" ]] ||
+    log "WARNING: lab/vm/ changed since the base image was built; to rebuild: vmlab.sh down --purge && vmlab.sh build"
+}
+
+# --- VMs -----------------------------------------------------------------------------------------------
+
+# PID of a node's QEMU, or nothing: a qemu-system-x86_64 with this node's pidfile path as an argument.
+# The path is unique to this lab, so a QEMU whose pidfile was deleted under it (lab.sh down --purge
+# removes all of .lab/) is still found by scanning /proc.
+is_our_qemu() {
+  [[ $(readlink "/proc/$1/exe" 2>/dev/null) == */qemu-system-x86_64 ]] &&
+    grep -qxzF -- "$2" "/proc/$1/cmdline" 2>/dev/null
+}
+
+vm_pid() {
+  local pidfile="$STATE/$1.pid" pid f
+  pid=$(cat "$pidfile" 2>/dev/null) || true
+  if [[ $pid =~ ^[0-9]+$ ]] && is_our_qemu "$pid" "$pidfile"; then
+    echo "$pid"
+    return 0
+  fi
+  while read -r f; do
+    pid=${f#/proc/}
+    pid=${pid%/cmdline}
+    if is_our_qemu "$pid" "$pidfile"; then
+      echo "$pid"
+      return 0
+    fi
+  done < <(grep -lxzF -- "$pidfile" /proc/[0-9]*/cmdline 2>/dev/null)
+}
+
+vm_ssh() {
+  local n=$1
+  shift
+  # 9>&-: the master connection lives on in the background and must not hold the lock.
+  ssh -i "$KEY" -p "${SSH_PORT[$n]}" "${SSH_OPTS[@]}" spark@127.0.0.1 "$@" </dev/null 9>&-
+}
+
+start_vm() {
+  local n=$1 overlay="$STATE/$1.qcow2" out
+  if [[ ! -e $overlay ]]; then
+    # Relative backing file: resolved next to the overlay, so the repo can move.
+    qemu-img create -q -f qcow2 -F qcow2 -b base.qcow2 "$overlay"
+  fi
+  rm -f "$STATE/$n.pid"
+  # KVM is a software hypervisor here that a stock kernel cannot boot under: TCG only.
+  # 9>&-: the daemonized QEMU must not inherit the lock, or the next up/down waits for it forever.
+  # -nodefaults: no VGA, floppy or default NIC; the two NICs appear in command-line order (eth0 = mgmt).
+  out=$(qemu-system-x86_64 -name "$n" -nodefaults -machine q35 -accel tcg,tb-size=256 -cpu max -smp 1 \
+    -m "$MEMORY" -display none -daemonize -pidfile "$STATE/$n.pid" \
+    -serial "file:$STATE/$n.serial.log" \
+    -kernel "$KERNEL" -initrd "$INITRD" \
+    -append "root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.hostname=$n" \
+    -drive "if=none,id=disk,file=$overlay,format=qcow2,discard=unmap" -device virtio-blk-pci,drive=disk \
+    -netdev "user,id=mgmt,hostfwd=tcp:127.0.0.1:${SSH_PORT[$n]}-:22" \
+    -device "virtio-net-pci,netdev=mgmt,mac=${MGMT_MAC[$n]}" \
+    -netdev "socket,id=fabric,udp=127.0.0.1:${FABRIC_UDP[${PEER[$n]}]},localaddr=127.0.0.1:${FABRIC_UDP[$n]}" \
+    -device "virtio-net-pci,netdev=fabric,mac=${FABRIC_MAC[$n]},host_mtu=$FABRIC_MTU" \
+    -device virtio-rng-pci 2>&1 9>&-) || die "QEMU for $n did not start: $out"
+}
+
+# Inside a VM: the fabric NIC is UP at MTU 9000 and the soft-RoCE port is ACTIVE (prints one line).
+# Run over SSH as spark, so a VM that passes it also answers `ssh spark@127.0.0.1 -p PORT true`.
+# shellcheck disable=SC2016 # expanded in the VM
+FABRIC_PROBE='i=/sys/class/net/'$FABRIC_IF' p=/sys/class/infiniband/'$FABRIC_HCA'/ports/1
+echo "$(cat $i/operstate 2>/dev/null || echo missing) $(cat $i/mtu 2>/dev/null || echo -) $(cut -d" " -f2 $p/state 2>/dev/null || echo missing)"'
+
+# PROBED[node]: what the probe last printed, for the timeout message.
+declare -A PROBED=()
+fabric_ok() {
+  PROBED[$1]=$(vm_ssh "$1" "$FABRIC_PROBE" 2>/dev/null) || PROBED[$1]="no ssh"
+  [[ ${PROBED[$1]} == "up $FABRIC_MTU ACTIVE" ]]
+}
+
+# die_with_console MSG1 MSG2 NODE...: the last serial console lines of each NODE, then die with "MSG1 MSG2".
+die_with_console() {
+  local msg="$1 $2" n
+  shift 2
+  for n in "$@"; do
+    printf '\n--- last lines of %s ---\n' "$STATE/$n.serial.log" >&2
+    # Without the console's carriage returns and colour/terminal escapes.
+    tail -n 25 "$STATE/$n.serial.log" 2>/dev/null |
+      sed -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\r//g' >&2 || true
+  done
+  die "$msg"
+}
+
+# Wait for SSH and then the fabric on all nodes at once, under one hard deadline.
+wait_ready() {
+  local deadline=$((SECONDS + UP_TIMEOUT)) pending=("$@") still n why
+  while ((${#pending[@]})); do
+    still=()
+    for n in "${pending[@]}"; do
+      [[ -n $(vm_pid "$n") ]] || die_with_console "QEMU of $n exited during boot" "(pid gone)" "$n"
+      if fabric_ok "$n"; then
+        log "$n ready after $((SECONDS - T0))s"
+      else
+        still+=("$n")
+      fi
+    done
+    pending=("${still[@]}")
+    ((${#pending[@]})) || break
+    if ((SECONDS >= deadline)); then
+      why=
+      for n in "${pending[@]}"; do why+=" $n: ${PROBED[$n]:-no ssh};"; done
+      die_with_console "timed out after ${UP_TIMEOUT}s waiting for ssh as spark and" \
+        "$FABRIC_IF up/$FABRIC_MTU + $FABRIC_HCA ACTIVE (last seen:${why%;})" "${pending[@]}"
+    fi
+    sleep 2
+  done
+}
+
+# The UDP link must carry full jumbo frames unfragmented: 9000 - 40 (IPv6) - 8 (ICMPv6) = 8952 bytes.
+# IPv6 link-local, because the fabric has no IPv4 until a role gives it one.
+check_jumbo_link() {
+  local peer_ll
+  peer_ll=$(vm_ssh spark-worker "ip -6 -o addr show dev $FABRIC_IF scope link" |
+    awk '{sub(/\/.*/, "", $4); print $4; exit}')
+  [[ -n $peer_ll ]] || die "spark-worker has no IPv6 link-local address on $FABRIC_IF"
+  vm_ssh spark-head "ping -6 -M do -s 8952 -c 1 -w 15 $peer_ll%$FABRIC_IF" >/dev/null ||
+    die "a DF 8952-byte IPv6 ping spark-head -> spark-worker over $FABRIC_IF failed"
+}
+
+cmd_up() {
+  local n pid
+  T0=$SECONDS
+  [[ -s $BASE && -s $KERNEL && -s $INITRD ]] || cmd_build
+  warn_stale
+  ensure_key
+  cmp -s "$KEY.pub" "$BASE_KEY" || die "the base image trusts another key than $KEY.pub (the key was re-made);" \
+    "rebuild: vmlab.sh down --purge && vmlab.sh build"
+  for n in "${NODES[@]}"; do
+    pid=$(vm_pid "$n")
+    if [[ -n $pid ]]; then
+      log "$n already running (pid $pid), left as is"
+    else
+      log "starting $n (ssh 127.0.0.1:${SSH_PORT[$n]}, serial log $STATE/$n.serial.log)"
+      start_vm "$n"
+    fi
+  done
+  wait_ready "${NODES[@]}"
+  check_jumbo_link
+  cmd_status || die "lab is not healthy after up (vmlab.sh status)"
+  log "up in $((SECONDS - T0))s"
+}
+
+cmd_down() {
+  local purge=${1:-} n pid t0=$SECONDS deadline
+  local -A pids=()
+  [[ -z $purge || $purge == --purge ]] || die "usage: vmlab.sh down [--purge]"
+  # The overlays are thrown away next, so no guest shutdown: QEMU powers off at once on SIGTERM.
+  # Signal both first, then wait: each QEMU takes a few seconds to exit.
+  for n in "${NODES[@]}"; do
+    pid=$(vm_pid "$n")
+    [[ -n $pid ]] || continue
+    log "stopping $n (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    pids[$n]=$pid
+  done
+  deadline=$((SECONDS + DOWN_TIMEOUT))
+  for n in "${!pids[@]}"; do
+    while kill -0 "${pids[$n]}" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    if kill -0 "${pids[$n]}" 2>/dev/null; then
+      log "$n ignored SIGTERM for ${DOWN_TIMEOUT}s: SIGKILL"
+      kill -KILL "${pids[$n]}" 2>/dev/null || true
+      while kill -0 "${pids[$n]}" 2>/dev/null; do sleep 0.2; done
+    fi
+  done
+  for n in "${NODES[@]}"; do
+    # The SSH master would notice the dead VM only at its next use.
+    ssh -o "ControlPath=$STATE/ssh-${SSH_PORT[$n]}" -O exit spark@127.0.0.1 >/dev/null 2>&1 || true
+    rm -f "$STATE/$n.pid" "$STATE/$n.qcow2"
+  done
+  if [[ $purge == --purge ]]; then
+    log "removing the base image, kernel and initrd (the .deb cache $STATE/debs stays)"
+    rm -f "$BASE" "$KERNEL" "$INITRD" "$BASE_KEY" "$BASE_RECIPE"
+  fi
+  log "down in $((SECONDS - t0))s"
+}
+
+cmd_status() {
+  local n pid ssh_ok fabric oper mtu port rc=0
+  for n in "${NODES[@]}"; do
+    pid=$(vm_pid "$n")
+    ssh_ok=fail fabric=-
+    # One SSH round trip (each costs 1-3 s against an emulated guest): answering it is "ssh ok".
+    if [[ -n $pid && -s $KEY ]] && fabric=$(vm_ssh "$n" "$FABRIC_PROBE" 2>/dev/null); then
+      ssh_ok=ok
+      read -r oper mtu port <<<"$fabric"
+      fabric="$FABRIC_IF $oper mtu $mtu, $FABRIC_HCA $port"
+    fi
+    printf '%-13s %-17s ssh %-4s (127.0.0.1:%s)  %s\n' "$n" "${pid:+running pid }${pid:-stopped}" \
+      "$ssh_ok" "${SSH_PORT[$n]}" "$fabric"
+    [[ $ssh_ok == ok ]] || rc=1
+  done
+  return "$rc"
+}
+
+# Serialise build/up/down: pytest, Ansible runs and engineers share the one pair of VMs.
+lock() {
+  mkdir -p "$STATE"
+  exec 9>>"$STATE/lock"
+  flock -w 900 9 || die "another vmlab.sh build/up/down held $STATE/lock for 900s"
+}
+
+case ${1:-} in
+  build) lock; cmd_build ;;
+  up) lock; cmd_up ;;
+  down) lock; cmd_down "${2:-}" ;;
+  status) cmd_status ;;
+  *) echo "usage: $0 build | up | down [--purge] | status" >&2; exit 2 ;;
+esac
