@@ -12,7 +12,8 @@ from labhosts import lab_node
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 INVENTORY = ROOT / "inventories" / "lab" / "hosts.yml"
-PLAYBOOK = ROOT / "playbooks" / "docker_runtime.yml"
+# The scenario's converge playbook: the role with the same variables as the converge step.
+PLAYBOOK = pathlib.Path(__file__).resolve().parents[1] / "converge.yml"
 ARCHIVE = pathlib.Path(os.environ.get("DSPARK_LAB_STATE", ROOT / ".lab")) / "images" / "vllm-sim.tar"
 IMAGE = "dspark-lab/vllm-sim:latest"
 
@@ -108,3 +109,10 @@ def test_config_change_under_running_containers_stops_before_writing(running_con
     assert "Nothing was changed" in out
     assert head.file("/etc/docker/daemon.json").content_string == before
     assert head.check_output("docker inspect --format '{{.State.Running}}' %s" % running_container) == "true"
+
+
+def test_proxy_drop_in_is_private_and_reaches_dockerd(lab_host):
+    drop_in = lab_host.file("/etc/systemd/system/docker.service.d/http-proxy.conf")
+    assert drop_in.exists and drop_in.mode == 0o600 and drop_in.user == "root"
+    assert 'Environment="HTTPS_PROXY=http://user:secret@proxy.lab.invalid:3128"' in drop_in.content_string
+    assert "proxy.lab.invalid" in lab_host.check_output("systemctl show docker --property=Environment")

@@ -3,7 +3,6 @@ playbooks work, and every failure the simulator can inject is diagnosed by rank,
 no half-started group. The serving image here is the lab SIMULATOR, not vLLM."""
 
 import json
-import os
 import pathlib
 import shutil
 import subprocess
