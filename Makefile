@@ -13,12 +13,13 @@ $(VENV)/.installed: requirements.txt
 	$(BIN)/pip install -q -r requirements.txt
 	touch $@
 
-# The lab pair plus the SIMULATOR image archive that the lab inventory distributes.
+# The lab pair, the SIMULATOR image archive the lab inventory distributes, and a FAKE checkpoint on the worker.
 lab: venv
 	bash lab/lab.sh up
 	bash lab/simulator/build.sh
 	mkdir -p .lab/images
 	docker save -o .lab/images/vllm-sim.tar dspark-lab/vllm-sim:latest
+	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml lab/seed_checkpoint.yml
 
 lab-down:
 	bash lab/lab.sh down

@@ -1,0 +1,151 @@
+"""Verify the checkpoint_scp scenario: the worker's fake checkpoint reached the head byte for byte, a re-run
+changes nothing and is fast, a killed copy resumes, a corrupted file is named and repaired, a shard missing on
+the source fails the validation by name, the key is restricted, and the source tree was never modified."""
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import time
+
+import yaml
+from labhosts import lab_node
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+LAB = ROOT / "inventories" / "lab"
+FACTS = yaml.safe_load((LAB / "group_vars" / "dspark.yml").read_text())
+MODEL, REVISION, CACHE = FACTS["dspark_model"], FACTS["dspark_model_revision"], FACTS["dspark_hf_cache"]
+FOLDER = "models--" + MODEL.replace("/", "--")
+MODEL_DIR = "%s/hub/%s" % (CACHE, FOLDER)
+SNAPSHOT = "%s/snapshots/%s" % (MODEL_DIR, REVISION)
+MANIFEST = "/var/lib/dspark/checkpoint/%s-%s.json" % (FOLDER, REVISION)
+SPARSE_SHARD = "model-00004-of-00004.safetensors"
+DENSE_SHARD = "model-00002-of-00004.safetensors"
+SOURCE, TARGET = lab_node("spark-worker"), lab_node("spark-head")
+ENV = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+
+
+def playbook(*extra, timeout=600):
+    start = time.monotonic()
+    run = subprocess.run([shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(LAB / "hosts.yml"),
+                          str(ROOT / "playbooks" / "checkpoint.yml"), *extra],
+                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout, check=False)
+    # The YAML callback wraps long messages: compare with single spaces.
+    return run.returncode, " ".join((run.stdout + run.stderr).split()), time.monotonic() - start
+
+
+def changed_counts(out):
+    return [int(n) for n in re.findall(r"changed=(\d+)", out.split("PLAY RECAP")[-1])]
+
+
+def manifest():
+    return json.loads(SOURCE.check_output("cat %s", MANIFEST))
+
+
+def target_digests():
+    out = TARGET.check_output("cd %s && find . -type f -o -type l | sed 's|^./||' | sort | xargs -r sha256sum", SNAPSHOT)
+    return dict((line.split(None, 1)[1], line.split(None, 1)[0]) for line in out.splitlines())
+
+
+def assert_identical():
+    wanted = dict((e["path"], e["sha256"]) for e in manifest()["entries"])
+    assert target_digests() == wanted
+    assert TARGET.check_output("cat %s/refs/main", MODEL_DIR).strip() == REVISION
+
+
+def test_head_holds_an_identical_tree():
+    entries = manifest()["entries"]
+    assert len(entries) == 9 and any(e["path"] == SPARSE_SHARD and e["size"] == 1024 ** 3 for e in entries)
+    assert_identical()
+    # --sparse: the 1 GiB shard costs a few MiB on the target too.
+    assert int(TARGET.check_output("stat -c %%b %s/%s", SNAPSHOT, SPARSE_SHARD)) * 512 < 64 * 1024 ** 2
+
+
+def test_key_is_private_and_its_entry_restricted():
+    key = SOURCE.file("/etc/dspark/checkpoint/id_ed25519")
+    assert key.mode == 0o600 and key.user == "root"
+    entries = [line for line in TARGET.file("/root/.ssh/authorized_keys").content_string.splitlines()
+               if "dspark.cluster checkpoint" in line]
+    assert len(entries) == 1
+    assert entries[0].startswith('restrict,from="192.168.100.2",command="/usr/bin/rrsync -wo -no-del %s/hub"' % CACHE)
+    # The key does nothing else: a shell command is refused by the forced rrsync.
+    run = SOURCE.run("ssh -i /etc/dspark/checkpoint/id_ed25519 -o BatchMode=yes -o IdentitiesOnly=yes "
+                     "-o UserKnownHostsFile=/var/lib/dspark/checkpoint/known_hosts root@192.168.100.1 id")
+    assert run.rc != 0 and "uid=" not in run.stdout
+
+
+def test_rerun_changes_nothing_and_is_fast():
+    rc, out, seconds = playbook()
+    assert rc == 0, out
+    assert changed_counts(out) == [0, 0], out
+    print("re-run: %.1f s" % seconds)
+    assert seconds < 60
+    assert "0 hashed, 9 unchanged" in out, out
+
+
+def test_killed_copy_resumes():
+    TARGET.check_output("rm -f %s/%s", SNAPSHOT, SPARSE_SHARD)
+    options = json.dumps({"checkpoint_rsync_options": [
+        "--archive", "--sparse", "--partial", "--bwlimit=20m"]})
+    proc = subprocess.Popen([shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(LAB / "hosts.yml"),
+                             str(ROOT / "playbooks" / "checkpoint.yml"), "-e", options],
+                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        # rsync writes the shard to a temporary file next to it (its size stays small: the middle is a hole).
+        while TARGET.run("ls %s/.%s.*", SNAPSHOT, SPARSE_SHARD).rc != 0:
+            assert time.monotonic() < deadline, "the copy of %s never started" % SPARSE_SHARD
+            time.sleep(0.5)
+        time.sleep(4)  # about 80 MiB of the 1 GiB at --bwlimit=20m
+        pid = SOURCE.check_output("pgrep -o -x rsync")
+        SOURCE.check_output("kill %s", pid)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, out
+    # --partial kept what had arrived under the shard's own name; the next run resumes from it.
+    partial = TARGET.run("stat -c %%s %s/%s", SNAPSHOT, SPARSE_SHARD)
+    assert partial.rc == 0 and 0 < int(partial.stdout) < 1024 ** 3, "no partial file kept: %s" % out
+    rc, out, seconds = playbook()
+    assert rc == 0, out
+    print("resume: %.1f s" % seconds)
+    assert_identical()
+
+
+def test_corrupt_byte_is_named_and_repaired():
+    # Same size and mtime: rsync's quick check alone would never notice this.
+    TARGET.check_output(
+        "python3 -c \"import os,sys; p=sys.argv[1]; st=os.stat(p); f=open(p,'r+b'); f.seek(4096); b=f.read(1); "
+        "f.seek(4096); f.write(bytes([b[0] ^ 255])); f.close(); os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))\" %s/%s",
+        SNAPSHOT, DENSE_SHARD)
+    verify = subprocess.run([shutil.which("ansible") or "ansible", "-i", str(LAB / "hosts.yml"), "spark-head", "-b",
+                             "-m", "dspark.cluster.checkpoint_manifest", "-a",
+                             "state=verified model=%s cache_dir=%s manifest_path=%s" % (MODEL, CACHE, MANIFEST)],
+                            cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120, check=False)
+    assert verify.returncode != 0 and "corrupt: %s (sha256" % DENSE_SHARD in verify.stdout, verify.stdout
+    rc, out, _ = playbook()
+    assert rc == 0, out
+    assert DENSE_SHARD in out.split("Remove corrupt files")[1], out
+    assert_identical()
+
+
+def test_shard_missing_on_the_source_is_named():
+    SOURCE.check_output("mkdir -p /var/lib/dspark/aside && mv %s/%s /var/lib/dspark/aside/", SNAPSHOT, DENSE_SHARD)
+    try:
+        rc, out, _ = playbook()
+    finally:
+        SOURCE.check_output("mv /var/lib/dspark/aside/%s %s/",
+                            DENSE_SHARD, SNAPSHOT)
+    assert rc != 0
+    assert "lacks 1 shard(s)" in out and DENSE_SHARD in out and "Fix:" in out, out
+    assert_identical()  # nothing was copied or removed on the head
+
+
+def test_source_tree_is_unchanged():
+    now = SOURCE.check_output(
+        "find %s/hub \\( -type d -printf 'd %%P\\n' \\) -o -printf '%%y %%P %%s %%T@\\n' | sort", CACHE)
+    before = SOURCE.check_output("cat /var/lib/dspark/source-tree.before")
+    assert now == before
