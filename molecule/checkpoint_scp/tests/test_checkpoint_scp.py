@@ -101,7 +101,7 @@ def test_killed_copy_resumes():
         time.sleep(4)  # about 80 MiB of the 1 GiB at --bwlimit=20m
         pid = SOURCE.check_output("pgrep -o -x rsync")
         SOURCE.check_output("kill %s", pid)
-        out, _ = proc.communicate(timeout=120)
+        out, dummy = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -126,7 +126,7 @@ def test_corrupt_byte_is_named_and_repaired():
                              "state=verified model=%s cache_dir=%s manifest_path=%s" % (MODEL, CACHE, MANIFEST)],
                             cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120, check=False)
     assert verify.returncode != 0 and "corrupt: %s (sha256" % DENSE_SHARD in verify.stdout, verify.stdout
-    rc, out, _ = playbook()
+    rc, out, dummy = playbook()
     assert rc == 0, out
     assert DENSE_SHARD in out.split("Remove corrupt files")[1], out
     assert_identical()
@@ -135,7 +135,7 @@ def test_corrupt_byte_is_named_and_repaired():
 def test_shard_missing_on_the_source_is_named():
     SOURCE.check_output("mkdir -p /var/lib/dspark/aside && mv %s/%s /var/lib/dspark/aside/", SNAPSHOT, DENSE_SHARD)
     try:
-        rc, out, _ = playbook()
+        rc, out, dummy = playbook()
     finally:
         SOURCE.check_output("mv /var/lib/dspark/aside/%s %s/",
                             DENSE_SHARD, SNAPSHOT)
