@@ -154,6 +154,11 @@ def _item_matches(item, device, port, exact):
     return name_ok and (item['port'] is None or item['port'] == port)
 
 
+def item_matches(item, device, port, exact):
+    """True when one parsed selector item names ``device:port`` (prefix match unless ``exact``)."""
+    return _item_matches(item, device, port, exact)
+
+
 def selector_matches(selector, device, port):
     """True when NCCL would use ``device:port`` given this selector (state aside)."""
     hit = any(_item_matches(i, device, port, selector['exact']) for i in selector['items'])

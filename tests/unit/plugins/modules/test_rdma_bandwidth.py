@@ -1,0 +1,98 @@
+"""rdma_bandwidth module: main() with ib_write_bw answered by a fake subprocess.run."""
+
+import json
+import subprocess
+
+import pytest
+
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.dspark.cluster.plugins.modules import rdma_bandwidth
+
+RESULT = (" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+          " 65536      454           0.000000            0.079265            0.000151\n")
+REFUSED = "Couldn't connect to 192.168.100.2:18515\nUnable to open file descriptor for socket connection\n"
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    state = {"answers": [], "calls": []}
+
+    def run(cmd, **kwargs):
+        state["calls"].append((cmd, kwargs))
+        answer = state["answers"].pop(0)
+        if answer == "timeout":
+            raise subprocess.TimeoutExpired(cmd, kwargs["timeout"], output=b"waiting for client")
+        rc, out = answer
+        return subprocess.CompletedProcess(cmd, rc, stdout=out.encode())
+
+    monkeypatch.setattr(rdma_bandwidth.subprocess, "run", run)
+    monkeypatch.setattr(rdma_bandwidth.time, "sleep", lambda s: None)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, **kw: "/usr/bin/" + name)
+    return state
+
+
+def run(capsys, args):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            rdma_bandwidth.main()
+    return exc.value.code, json.loads(capsys.readouterr().out)
+
+
+CLIENT = {"device": "rocep1s0f1", "gid_index": 1, "server_address": "192.168.100.2", "duration": 3,
+          "min_gbits": 0.01}
+
+
+def test_client_retries_until_the_server_listens(capsys, fake):
+    fake["answers"] = [(1, REFUSED), (1, REFUSED), (0, RESULT)]
+    rc, out = run(capsys, CLIENT)
+    assert rc == 0 and out["changed"] is False
+    assert out["mode"] == "client" and out["attempts"] == 3
+    assert out["gbits_average"] == 0.079265 and out["meets_threshold"] is True
+    assert out["cmd"] == ["/usr/bin/ib_write_bw", "-d", "rocep1s0f1", "-i", "1", "-x", "1", "-F", "--report_gbits",
+                          "-D", "3", "-s", "65536", "-p", "18515", "192.168.100.2"]
+    assert fake["calls"][0][1]["timeout"] == 63
+
+
+def test_client_below_threshold_warns(capsys, fake, monkeypatch):
+    # Record warn() calls: once controller code is imported, ansible-core 2.19 sends module warnings to
+    # Display instead of the result JSON.
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, msg: warnings.append(msg))
+    fake["answers"] = [(0, RESULT)]
+    rc, out = run(capsys, dict(CLIENT, min_gbits=80))
+    assert rc == 0 and out["meets_threshold"] is False
+    assert warnings == ["RDMA write bandwidth from rocep1s0f1 to 192.168.100.2 is 0.079 Gb/s, below 80.0 Gb/s"]
+
+
+def test_client_gives_up_when_the_server_never_answers(capsys, fake, monkeypatch):
+    clock = iter([0, 0, 200, 200])
+    monkeypatch.setattr(rdma_bandwidth.time, "time", lambda: next(clock))
+    fake["answers"] = [(1, REFUSED), (1, REFUSED)]
+    rc, out = run(capsys, dict(CLIENT, timeout=120))
+    assert rc == 1 and out["attempts"] == 2
+    assert "could not reach the server at 192.168.100.2:18515 within 120 s" in out["msg"]
+
+
+def test_client_other_failure_is_not_retried(capsys, fake):
+    fake["answers"] = [(1, "Couldn't get context for the device\n")]
+    rc, out = run(capsys, CLIENT)
+    assert rc == 1 and out["attempts"] == 1
+    assert out["msg"].startswith("ib_write_bw client on rocep1s0f1 exit 1 without a result")
+
+
+def test_server_reports_and_times_out(capsys, fake):
+    fake["answers"] = [(0, RESULT)]
+    rc, out = run(capsys, {"device": "rocep1s0f1", "gid_index": 3, "tcp_port": 18600, "timeout": 90})
+    assert rc == 0 and out["mode"] == "server" and out["cmd"][-2:] == ["-p", "18600"]
+    assert fake["calls"][0][1]["timeout"] == 90
+    fake["answers"] = ["timeout"]
+    rc, out = run(capsys, {"device": "rocep1s0f1", "gid_index": 3, "timeout": 90})
+    assert rc == 1 and out["msg"] == "ib_write_bw server on rocep1s0f1 (port 18515) got no client within 90 s"
+
+
+def test_missing_perftest(capsys, monkeypatch):
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, **kw: None)
+    rc, out = run(capsys, CLIENT)
+    assert rc == 1 and "install perftest" in out["msg"]
