@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from bench_site_noop import machine
+from benchlib import machine, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "collections"))
@@ -161,10 +161,7 @@ def main():
         shutil.rmtree(work, onerror=lambda fn, path, exc: print("cleanup: %s %s: %s" % (fn.__name__, path, exc[1])))
         if os.path.lexists(work):
             print("cleanup: %s was not removed" % work, file=sys.stderr)
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(result, indent=2))
-    return 0 if result["met"] else 1
+    return write_result(RESULT, result)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from bench_site_noop import machine
+from benchlib import machine, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "checkpoint_throughput.json"
@@ -155,10 +155,7 @@ def main():
                  "Ansible's delegation to the source (about a second); role_playbook_seconds is the whole "
                  "checkpoint run, including building the manifest and hashing every byte again on the target."),
     }
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(result, indent=2))
-    return 0 if result["met"] else 1
+    return write_result(RESULT, result)
 
 
 if __name__ == "__main__":

@@ -3,14 +3,14 @@
 Converges once (not timed), then times RUNS further runs and records wall time and the recap.
 """
 
-import json
 import os
 import pathlib
-import platform
 import re
 import subprocess
 import sys
 import time
+
+from benchlib import machine, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "site_noop.json"
@@ -28,12 +28,6 @@ def playbook():
         sys.exit("site.yml failed (rc=%d):\n%s" % (run.returncode, run.stdout[-3000:] + run.stderr[-3000:]))
     recap = {m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3))} for m in RECAP.finditer(run.stdout)}
     return elapsed, recap
-
-
-def machine():
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
-                if line.startswith("model name")), platform.processor())
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
 
 
 def main():
@@ -55,9 +49,7 @@ def main():
         "goal": {"max_seconds": GOAL_SECONDS, "changed": 0},
         "met": changed == 0 and times[-1] <= GOAL_SECONDS,
     }
-    RESULT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(result, indent=2))
-    return 0 if result["met"] else 1
+    return write_result(RESULT, result)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from bench_site_noop import machine
+from benchlib import machine, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "tp_ranks_readiness.json"
@@ -49,9 +49,7 @@ def main():
         "met": max(lags) <= GOAL_SECONDS,
         "note": "The serving image is the lab SIMULATOR; the lag includes one chat completion on the simulator.",
     }
-    RESULT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(result, indent=2))
-    return 0 if result["met"] else 1
+    return write_result(RESULT, result)
 
 
 if __name__ == "__main__":
