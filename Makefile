@@ -43,7 +43,7 @@ labtest: venv
 	bash lab/lab.sh up
 	DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q tests/lab; rc=$$?; bash lab/lab.sh down; exit $$rc
 
-# The VM lab's own checks (boot ~80 s under emulation); not part of `make test`: the fabric scenario boots it.
+# The VM lab's own checks (boot ~80 s under emulation); not part of `make test`: the vmlab scenario boots it.
 vmlabtest: venv
 	bash lab/vm/vmlab.sh build
 	bash lab/vm/vmlab.sh up

@@ -13,6 +13,7 @@ Rounds alternate which copy goes first (page cache). Everything the benchmark ma
     python3 bench/bench_checkpoint_throughput.py     # after `make lab`; BENCH_ROUNDS, BENCH_SHARDS, ...
 """
 
+import datetime
 import json
 import os
 import pathlib
@@ -63,8 +64,9 @@ def shell(host, script):
 
 
 def seconds_between(duration):
-    parse = lambda text: time.mktime(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + text[19:].rstrip("Z"))
-    return round(parse(duration["end"]) - parse(duration["start"]), 3)
+    """Seconds from a json-callback duration's start to its end (ISO times in UTC)."""
+    start, end = (datetime.datetime.fromisoformat(duration[k].rstrip("Z")) for k in ("start", "end"))
+    return round((end - start).total_seconds(), 3)
 
 
 def role_copy():
