@@ -109,13 +109,9 @@ options:
     type: list
     elements: path
     default: []
+extends_documentation_fragment:
+  - dspark.cluster.read_only
 attributes:
-  check_mode:
-    support: full
-    description: The module only reads and sends echo requests, so it runs the same way in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to diff.
   platform:
     support: full
     platforms: posix

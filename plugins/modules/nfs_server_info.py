@@ -44,13 +44,9 @@ options:
       - At most this many unreadable paths are returned; RV(unreadable_count) has the full count.
     type: int
     default: 50
+extends_documentation_fragment:
+  - dspark.cluster.read_only
 attributes:
-  check_mode:
-    support: full
-    description: The module only reads, so it runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is no diff.
   platform:
     support: full
     platforms: posix

@@ -67,13 +67,9 @@ options:
     description: The perftest binary to run.
     type: str
     default: ib_write_bw
+extends_documentation_fragment:
+  - dspark.cluster.read_only
 attributes:
-  check_mode:
-    support: full
-    description: The module only measures and changes nothing, so it runs the same way in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to diff.
   platform:
     support: full
     platforms: posix

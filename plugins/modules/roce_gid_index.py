@@ -56,13 +56,9 @@ options:
       - When omitted, the addresses are read with C(ip -4 -o addr show). If C(ip) is missing,
         the primary IPv4 of each interface is read with C(SIOCGIFADDR) instead.
     type: dict
+extends_documentation_fragment:
+  - dspark.cluster.read_only
 attributes:
-  check_mode:
-    support: full
-    description: The module only reads, so it runs the same way in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to diff.
   platform:
     support: full
     platforms: posix
