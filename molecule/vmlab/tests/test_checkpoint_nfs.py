@@ -1,9 +1,10 @@
-"""Verify the checkpoint_nfs scenario on the VM lab: the worker (rank 1) exports its cache, the head mounts it.
+"""Verify the NFS half of the vmlab scenario: the worker (rank 1) exports its cache, the head mounts it.
 
 Checked independently of the roles, on the real kernels: the export (clients, options, NFSv4 only), the mount on the
 head (nfs4, read-only, the options, the fstab entry), writes refused, root_squash and the token, the snapshot
 identical on both sides (sha256 of every file), a non-client refused, an empty client list failing before any
-change, and a dead server diagnosed without a persisted fstab entry (last: it leaves the head unmounted).
+change, nfsd never restarted under a mounted client (warn, or fail on request), unreadable files reported and
+fixed on request, and a dead server diagnosed without a persisted fstab entry (last: it leaves the head unmounted).
 """
 
 import os
@@ -134,6 +135,47 @@ def test_empty_client_list_fails_before_any_change(worker):
     assert "nfs_export_clients=[]" in out and "Fix:" in out and "never opened to *" in out
     assert "changed=0" in out.split("PLAY RECAP")[-1]
     assert worker.run("sha256sum %s /etc/nfs.conf.d/dspark.conf; exportfs -s" % EXPORTS).stdout == before
+
+
+def flat(out):
+    """Playbook output with YAML's line folding undone (long messages wrap at about 80 columns)."""
+    return " ".join(out.split())
+
+
+def nfsd_started(worker):
+    return worker.run("systemctl show -p ActiveEnterTimestampMonotonic --value nfs-server").stdout.strip()
+
+
+def test_v4_only_setting_never_restarts_nfsd_under_a_mounted_client(head, worker):
+    conf = "/etc/nfs.conf.d/dspark.conf"
+    started = nfsd_started(worker)
+    worker.run_expect([0], "rm %s" % conf)
+    rc, out = playbook("nfs_export.yml")  # default: warn
+    assert rc == 0, out[-3000:]
+    assert "WARNING spark-worker: nfsd serves 1 client(s), so it was not restarted" in flat(out)
+    assert worker.file(conf).exists
+    worker.run_expect([0], "rm %s" % conf)
+    rc, out = playbook("nfs_export.yml", "-e", "nfs_export_on_live_clients=fail")
+    assert rc != 0
+    assert "nfsd serves 1 NFSv4 client(s)" in flat(out) and "Nothing was restarted." in flat(out)
+    assert nfsd_started(worker) == started
+    assert head.run("cat %s/config.json" % SNAPSHOT).rc == 0  # the client never stalled
+    rc, out = playbook("nfs_export.yml")
+    assert rc == 0 and "changed=0" in out.split("PLAY RECAP")[-1], out[-3000:]
+
+
+def test_unreadable_files_reported_then_fixed_on_request(head, worker):
+    shard = "%s/model-00001-of-00004.safetensors" % SNAPSHOT
+    worker.run_expect([0], "chmod 0600 \"$(readlink -f %s)\"" % shard)
+    assert head.run("cat %s >/dev/null" % shard).rc != 0  # squashed root cannot read it
+    rc, out = playbook("nfs_export.yml")
+    assert rc == 0, out[-3000:]
+    assert "WARNING spark-worker: 1 path(s) under %s are not world-readable" % CACHE in flat(out)
+    assert "nfs_export_fix_permissions: true" in flat(out)
+    rc, out = playbook("nfs_export.yml", "-e", "nfs_export_fix_permissions=true")
+    assert rc == 0, out[-3000:]
+    assert head.run("cat %s >/dev/null" % shard).rc == 0
+    assert worker.file("%s/token" % CACHE).mode == 0o600  # the fix never opens the token
 
 
 def test_dead_server_diagnosed_and_nothing_persisted(head, worker):
