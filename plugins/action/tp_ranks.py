@@ -344,7 +344,7 @@ class ActionModule(ActionBase):
             "ready_at": gen.get("ready_at") if verdict == "ready" else None,
             "diagnosis": tp_probe.public_diagnoses(diagnoses),
             "containers": dict((node, dict((k, obs.get(k)) for k in (
-                "name", "state", "exit_code", "restart_count", "started_at", "problem", "message")))
+                "name", "state", "image", "exit_code", "restart_count", "started_at", "problem", "message")))
                 for node, obs in observations.items()),
             "log_warnings": tp_probe.warning_view(assessment),
             "api_state": judgement.get("state"),

@@ -240,7 +240,7 @@ members:
   elements: dict
   sample: [{"node": "spark-head", "node_rank": 0, "ranks": [0], "container": "dspark-vllm"}]
 containers:
-  description: Last C(docker inspect) facts per member (state, exit code, restart count, start time).
+  description: Last C(docker inspect) facts per member (state, image ID the container runs, exit code, restart count, start time).
   returned: always
   type: dict
 group:
