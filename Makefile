@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SCENARIOS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard molecule/*/molecule.yml)))))
 
-.PHONY: venv lab lab-down site lint sanity unit labtest vmlabtest molecule test build bench
+.PHONY: venv lab lab-down lab-fleet lab-fleet-down site lint sanity unit labtest vmlabtest molecule test build bench
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt
@@ -23,6 +23,25 @@ lab: venv
 
 lab-down:
 	bash lab/lab.sh down
+
+# The SIMULATED fleet (three serving groups, seven nodes) of inventories/lab-fleet, beside the pair; the
+# simulator archive is built only when missing or older than its sources. Then:
+#   $(BIN)/ansible-playbook -i inventories/lab-fleet/hosts.yml site.yml
+LAB_FLEET := inventories/lab-fleet/hosts.yml
+SIM_TAR := .lab/images/vllm-sim.tar
+lab-fleet: venv
+	bash lab/lab.sh up -i $(LAB_FLEET)
+	$(MAKE) --no-print-directory $(SIM_TAR)
+	$(BIN)/ansible-playbook -i $(LAB_FLEET) lab/seed_checkpoint.yml
+
+lab-fleet-down:
+	bash lab/lab.sh down -i $(LAB_FLEET)
+
+$(SIM_TAR): lab/simulator/Dockerfile lab/simulator/build.sh lab/simulator/dspark_vllm_sim.py
+	bash lab/simulator/build.sh
+	mkdir -p $(@D)
+	docker save -o $@.tmp dspark-lab/vllm-sim:latest
+	mv $@.tmp $@
 
 site: venv
 	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml site.yml

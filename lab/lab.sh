@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Test lab: two simulated NVIDIA DGX Spark nodes (spark-head, spark-worker) as systemd containers on the
-# host's Docker engine, with a management network (NAT, SSH published on loopback) and an internal MTU-9000
-# fabric network whose interface is renamed to the ConnectX name enp1s0f1np1.
-# Usage: lab.sh up | down [--purge] | status
+# Container test lab: simulated NVIDIA DGX Spark nodes as systemd containers on the host's Docker engine,
+# built from an inventory. Every host of group `dspark` becomes a container of that name on the lab's
+# management network (NAT, SSH published on 127.0.0.1:ansible_port); every serving group gets its own
+# internal fabric network (its dspark_fabric_cidr, dspark_fabric_mtu), whose interface in each node is renamed
+# to dspark_fabric_interface. lab/labspec.py reads the inventory; this script only reads its plain output.
+# Usage: lab.sh up | down [--purge] | status   [-i INVENTORY]   (default: inventories/lab/hosts.yml, the pair)
 set -euo pipefail
 
 LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -10,23 +12,19 @@ REPO=$(dirname "$LAB_DIR")
 STATE="$REPO/.lab"
 KEY="$STATE/id_ed25519"
 IMAGE=dspark-lab/node:trixie
-MGMT_NET=dspark-lab-mgmt
-MGMT_SUBNET=10.231.0.0/24
-FABRIC_NET=dspark-lab-fabric
-FABRIC_SUBNET=192.168.100.0/24
-# Docker gives the host bridge the first address by default, which is spark-head's: move it to the end.
-FABRIC_GATEWAY=192.168.100.254
-FABRIC_IF=enp1s0f1np1
-FABRIC_MTU=9000
-NODES=(spark-head spark-worker)
-declare -A MGMT_IP=([spark-head]=10.231.0.11 [spark-worker]=10.231.0.12)
-declare -A FABRIC_IP=([spark-head]=192.168.100.1 [spark-worker]=192.168.100.2)
-declare -A SSH_PORT=(
-  [spark-head]=${DSPARK_LAB_HEAD_SSH_PORT:-2221}
-  [spark-worker]=${DSPARK_LAB_WORKER_SSH_PORT:-2222}
-)
+DEFAULT_INVENTORY="$REPO/inventories/lab/hosts.yml"
 SSH_OPTS=(-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes
   -o ConnectTimeout=5 -o LogLevel=ERROR)
+
+# Filled by load_spec from `labspec.py INVENTORY`.
+INVENTORY=$DEFAULT_INVENTORY
+LAB_NAME=
+MGMT_NET=
+MGMT_SUBNET=
+FABRIC_NETS=()
+NODES=()
+declare -A NET_GROUP=() NET_CIDR=() NET_GATEWAY=() NET_MTU=() MEMBERS=()
+declare -A GROUP=() SSH_PORT=() MGMT_IP=() FABRIC_NET=() FABRIC_IP=() FABRIC_PREFIX=() FABRIC_IF=() MTU=() ADD_HOSTS=()
 
 log() { printf 'lab: %s\n' "$*"; }
 die() { printf 'lab: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -40,6 +38,33 @@ wait_for() {
     ((SECONDS < deadline)) || die "timed out after ${limit}s waiting for $what"
     sleep 1
   done
+}
+
+# --- The inventory -------------------------------------------------------------------------------------
+
+load_spec() {
+  local spec kind a b c d e f g h i j k
+  spec=$(python3 "$LAB_DIR/labspec.py" "$INVENTORY") || return 1
+  # Node lines: node NAME GROUP RANK ..., where RANK (c) is unused: labspec.py lists each group in rank order.
+  while read -r kind a b c d e f g h i j k; do
+    case $kind in
+      lab) LAB_NAME=$a ;;
+      mgmt) MGMT_NET=$a MGMT_SUBNET=$b ;;
+      fabric)
+        FABRIC_NETS+=("$a")
+        NET_GROUP[$a]=$b NET_CIDR[$a]=$c NET_GATEWAY[$a]=$d NET_MTU[$a]=$e
+        ;;
+      node)
+        # node NAME GROUP RANK SSH_PORT MGMT_IP FABRIC_NETWORK FABRIC_IP PREFIXLEN FABRIC_IF MTU HOSTS
+        NODES+=("$a")
+        GROUP[$a]=$b SSH_PORT[$a]=$d MGMT_IP[$a]=$e FABRIC_NET[$a]=$f FABRIC_IP[$a]=$g FABRIC_PREFIX[$a]=$h
+        FABRIC_IF[$a]=$i MTU[$a]=$j ADD_HOSTS[$a]=$k
+        MEMBERS[$b]="${MEMBERS[$b]:-}${MEMBERS[$b]:+ }$a"
+        ;;
+      *) die "labspec.py printed an unknown line: $kind $a" ;;
+    esac
+  done <<<"$spec"
+  [[ -n $LAB_NAME && -n $MGMT_NET && ${#NODES[@]} -gt 0 ]] || die "labspec.py described no lab for $INVENTORY"
 }
 
 # --- Docker engine -------------------------------------------------------------------------------------
@@ -63,6 +88,38 @@ ensure_engine() {
     sleep 1
   done
 }
+
+# owner KIND NAME: the lab a container/network/volume belongs to (label dspark.lab.name); "lab" for one made
+# by the lab.sh before inventories (label dspark.lab=1 only: it built only the pair lab), "absent", or
+# "foreign" (not made by lab.sh).
+owner() {
+  local kind=$1 name=$2 labels out
+  case $kind in
+    container) labels=.Config.Labels ;;
+    *) labels=.Labels ;;
+  esac
+  out=$(docker "$kind" inspect -f "{{with $labels}}{{index . \"dspark.lab.name\"}}/{{index . \"dspark.lab\"}}{{end}}" \
+    "$name" 2>/dev/null) || { echo absent; return 0; }
+  case $out in
+    /1) echo lab ;;
+    ?*/*) echo "${out%/*}" ;;
+    *) echo foreign ;;
+  esac
+}
+
+describe() { if [[ $1 == foreign ]]; then echo "no lab (not made by lab.sh)"; else echo "lab $1"; fi; }
+
+# mine KIND NAME: true when NAME exists and belongs to this lab; dies when it exists and belongs elsewhere.
+mine() {
+  local who
+  who=$(owner "$1" "$2")
+  [[ $who == absent ]] && return 1
+  [[ $who == "$LAB_NAME" ]] || die "$1 $2 exists but belongs to $(describe "$who").
+  Fix: take that down first (lab.sh down -i <its inventory>), or rename the host/group in $INVENTORY"
+}
+
+LABELS=()
+set_labels() { LABELS=(--label dspark.lab=1 --label "dspark.lab.name=$LAB_NAME"); }
 
 # --- Image, key, networks ------------------------------------------------------------------------------
 
@@ -89,17 +146,51 @@ ensure_key() {
   ssh-keygen -q -t ed25519 -N '' -C dspark-lab -f "$KEY"
 }
 
+# What a network is, as `docker network inspect` shows it: subnet gateway internal mtu.
+net_config() {
+  docker network inspect -f \
+    '{{range .IPAM.Config}}{{.Subnet}} {{.Gateway}}{{end}} {{.Internal}} {{index .Options "com.docker.network.driver.mtu"}}' \
+    "$1" 2>/dev/null || true
+}
+net_want() {
+  if [[ $1 == "$MGMT_NET" ]]; then
+    # Docker picks the mgmt gateway (.1) and MTU itself.
+    echo "$MGMT_SUBNET"
+  else
+    echo "${NET_CIDR[$1]} ${NET_GATEWAY[$1]} true ${NET_MTU[$1]}"
+  fi
+}
+net_ok() {
+  local have
+  have=$(net_config "$1")
+  if [[ $1 == "$MGMT_NET" ]]; then have=${have%% *}; fi
+  [[ $have == "$(net_want "$1")" ]]
+}
+
+ensure_network() {
+  local net=$1 out
+  if mine network "$net"; then
+    net_ok "$net" || die "network $net is '$(net_config "$net")', the inventory wants '$(net_want "$net")'.
+  Fix: bash lab/lab.sh down -i $INVENTORY, then up (networks cannot change under their containers)"
+    return 0
+  fi
+  if [[ $net == "$MGMT_NET" ]]; then
+    log "creating network $net ($MGMT_SUBNET, NAT)"
+    out=$(docker network create --driver bridge --subnet "$MGMT_SUBNET" "${LABELS[@]}" "$net" 2>&1) ||
+      die "creating network $net failed: $out"
+  else
+    # --internal: no default route and no NAT over the fabric, like a point-to-point link. Docker would give
+    # the host's end of the bridge the first address (rank 0's): it gets the last usable one instead.
+    log "creating network $net (group ${NET_GROUP[$net]}: ${NET_CIDR[$net]}, internal, MTU ${NET_MTU[$net]})"
+    out=$(docker network create --driver bridge --internal --subnet "${NET_CIDR[$net]}" \
+      --gateway "${NET_GATEWAY[$net]}" -o com.docker.network.driver.mtu="${NET_MTU[$net]}" "${LABELS[@]}" "$net" 2>&1) ||
+      die "creating network $net failed: $out"
+  fi
+}
+
 ensure_networks() {
-  if ! docker network inspect "$MGMT_NET" >/dev/null 2>&1; then
-    log "creating network $MGMT_NET ($MGMT_SUBNET, NAT)"
-    docker network create --driver bridge --subnet "$MGMT_SUBNET" --label dspark.lab=1 "$MGMT_NET" >/dev/null
-  fi
-  if ! docker network inspect "$FABRIC_NET" >/dev/null 2>&1; then
-    # --internal: no gateway, so no default route and no NAT over the fabric, like a point-to-point link.
-    log "creating network $FABRIC_NET ($FABRIC_SUBNET, internal, MTU $FABRIC_MTU)"
-    docker network create --driver bridge --internal --subnet "$FABRIC_SUBNET" --gateway "$FABRIC_GATEWAY" \
-      -o com.docker.network.driver.mtu="$FABRIC_MTU" --label dspark.lab=1 "$FABRIC_NET" >/dev/null
-  fi
+  local net
+  for net in "$MGMT_NET" "${FABRIC_NETS[@]}"; do ensure_network "$net"; done
 }
 
 # --- Nodes ---------------------------------------------------------------------------------------------
@@ -110,40 +201,71 @@ node_state() {
   echo "${s:-absent}"
 }
 
-# The loopback port a node's sshd is published on, as created.
-node_port() { docker inspect -f '{{with index .HostConfig.PortBindings "22/tcp"}}{{(index . 0).HostPort}}{{end}}' "$1" 2>/dev/null || true; }
+# How a node was created: published SSH, the static address on each network (sorted by network name, as
+# Go templates range over maps), the --add-host entries. node_want is the same line from the inventory.
+node_config() {
+  docker container inspect -f '{{with index .HostConfig.PortBindings "22/tcp"}}{{(index . 0).HostIp}}:{{(index . 0).HostPort}}{{end}}|{{range $k, $v := .NetworkSettings.Networks}}{{$k}}={{with $v.IPAMConfig}}{{.IPv4Address}}{{end}},{{end}}|{{range $i, $h := .HostConfig.ExtraHosts}}{{if $i}},{{end}}{{$h}}{{end}}' \
+    "$1"
+}
+node_want() {
+  local n=$1 nets
+  nets=$(printf '%s\n' "$MGMT_NET=${MGMT_IP[$n]}," "${FABRIC_NET[$n]}=${FABRIC_IP[$n]}," | LC_ALL=C sort | tr -d '\n')
+  echo "127.0.0.1:${SSH_PORT[$n]}|$nets|${ADD_HOSTS[$n]}"
+}
+
+# True when something already listens on 127.0.0.1:PORT (another lab, the VM lab, any program).
+port_busy() { timeout 3 bash -c ": <'/dev/tcp/127.0.0.1/$1'" 2>/dev/null; }
+
+check_port_free() {
+  local n=$1
+  if port_busy "${SSH_PORT[$n]}"; then
+    die "127.0.0.1:${SSH_PORT[$n]} (ansible_port of $n) is already in use by another program or lab (the VM lab
+  uses 2231/2232). Fix: stop it, or give $n another ansible_port in $INVENTORY"
+  fi
+}
 
 create_node() {
-  local n=$1
-  log "creating $n (mgmt ${MGMT_IP[$n]}, fabric ${FABRIC_IP[$n]}, ssh 127.0.0.1:${SSH_PORT[$n]})"
+  local n=$1 h hosts=()
+  check_port_free "$n"
+  IFS=, read -r -a hosts <<<"${ADD_HOSTS[$n]}"
+  for h in "${!hosts[@]}"; do hosts[h]="--add-host=${hosts[h]}"; done
+  log "creating $n (group ${GROUP[$n]}: mgmt ${MGMT_IP[$n]}, fabric ${FABRIC_IP[$n]} on ${FABRIC_NET[$n]}, ssh 127.0.0.1:${SSH_PORT[$n]})"
+  if [[ $(owner volume "$n-docker") == absent ]]; then
+    docker volume create "${LABELS[@]}" "$n-docker" >/dev/null
+  fi
   # --privileged fails on this host (no CAP_SYS_RESOURCE); this set is what runs systemd and Docker-in-Docker.
   # /var/lib/docker is a volume because the inner engine cannot use overlay2 on top of overlay2.
   # SIGRTMIN+3 asks systemd for a clean shutdown on `docker stop`.
-  docker create --name "$n" --hostname "$n" --label dspark.lab=1 --stop-signal SIGRTMIN+3 \
+  docker create --name "$n" --hostname "$n" "${LABELS[@]}" --stop-signal SIGRTMIN+3 \
     --network "$MGMT_NET" --ip "${MGMT_IP[$n]}" -p "127.0.0.1:${SSH_PORT[$n]}:22" \
     --cap-add SYS_ADMIN --cap-add NET_ADMIN --cap-add SYS_PTRACE --cap-add MKNOD \
     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
     --cgroupns=host -v /sys/fs/cgroup:/sys/fs/cgroup:rw \
     --tmpfs /run:rw,exec,mode=755 --tmpfs /run/lock --tmpfs /tmp:rw,exec,mode=1777 \
-    -v "$n-docker:/var/lib/docker" \
-    --add-host "spark-head-fabric:${FABRIC_IP[spark-head]}" \
-    --add-host "spark-worker-fabric:${FABRIC_IP[spark-worker]}" \
+    -v "$n-docker:/var/lib/docker" "${hosts[@]}" \
     "$IMAGE" >/dev/null
-  docker network connect --ip "${FABRIC_IP[$n]}" "$FABRIC_NET" "$n"
+  docker network connect --ip "${FABRIC_IP[$n]}" "${FABRIC_NET[$n]}" "$n"
+}
+
+# A node of this lab created otherwise than the inventory now says is removed (and re-created by ensure_node):
+# ports, addresses and /etc/hosts are fixed at create time. Its /var/lib/docker volume survives.
+drop_stale_node() {
+  local n=$1 have want
+  mine container "$n" || return 0
+  # Never re-create on a failed inspect: the node may be someone's working lab.
+  have=$(node_config "$n") || die "cannot inspect container $n"
+  [[ -n $have ]] || die "inspecting container $n printed nothing"
+  want=$(node_want "$n")
+  [[ $have != "$want" ]] || return 0
+  log "$n was created as '$have', the inventory wants '$want': re-creating it"
+  docker rm -f "$n" >/dev/null
 }
 
 ensure_node() {
-  local n=$1 state port
-  state=$(node_state "$n")
-  port=$(node_port "$n")
-  if [[ $state != absent && $port != "${SSH_PORT[$n]}" ]]; then
-    # Ports are fixed at create time; the /var/lib/docker volume survives the re-create.
-    log "$n publishes ssh on ${port:-nothing}, wanted ${SSH_PORT[$n]}: re-creating it"
-    docker rm -f "$n" >/dev/null
-    state=absent
-  fi
-  if [[ $state == absent ]]; then create_node "$n"; fi
+  local n=$1
+  if [[ $(node_state "$n") == absent ]]; then create_node "$n"; fi
   if [[ $(node_state "$n") != running ]]; then
+    check_port_free "$n"
     log "starting $n"
     docker start "$n" >/dev/null
   fi
@@ -197,8 +319,8 @@ fi
 
 setup_node() {
   local n=$1 out
-  wait_for 90 "systemd in $n to finish booting" systemd_settled "$n"
-  out=$(docker exec -i "$n" bash -c "$NODE_SETUP" node-setup "${FABRIC_IP[$n]}" "$FABRIC_IF" "$FABRIC_MTU" \
+  wait_for 120 "systemd in $n to finish booting" systemd_settled "$n"
+  out=$(docker exec -i "$n" bash -c "$NODE_SETUP" node-setup "${FABRIC_IP[$n]}" "${FABRIC_IF[$n]}" "${MTU[$n]}" \
     <"$KEY.pub") || die "setting up $n failed: $out"
   [[ -z $out ]] || log "$n: $out"
 }
@@ -209,20 +331,65 @@ node_ssh() {
   ssh -i "$KEY" -p "${SSH_PORT[$n]}" "${SSH_OPTS[@]}" spark@127.0.0.1 "$@"
 }
 
-# A node is fine when it runs, publishes the wanted port, has its fabric NIC renamed and answers ssh as spark.
-node_ok() {
-  local n=$1
-  [[ $(node_state "$n") == running ]] || return 1
-  [[ $(node_port "$n") == "${SSH_PORT[$n]}" ]] || return 1
-  docker exec "$n" test -e "/sys/class/net/$FABRIC_IF" || return 1
-  node_ssh "$n" true </dev/null >/dev/null 2>&1
+# ping_peers NODE: NODE sends one unfragmentable full-MTU ping (MTU - 20 IP - 8 ICMP bytes) to every other
+# member of its group over the fabric.
+# shellcheck disable=SC2016 # expanded inside the node
+ping_peers() {
+  local n=$1 m peers=()
+  for m in ${MEMBERS[${GROUP[$n]}]}; do [[ $m == "$n" ]] || peers+=("${FABRIC_IP[$m]}"); done
+  ((${#peers[@]})) || return 0
+  docker exec "$n" bash -c 'size=$1; shift; for ip; do ping -M do -s "$size" -c1 -W2 "$ip" >/dev/null || exit 1; done' \
+    ping-peers "$((MTU[$n] - 28))" "${peers[@]}"
 }
 
+# orphans KIND: this lab's containers or networks that the inventory no longer names (a host or group removed).
+orphans() {
+  local kind=$1 x have
+  declare -A want=()
+  if [[ $kind == container ]]; then
+    for x in "${NODES[@]}"; do want[$x]=1; done
+    have=$(docker container ls -a --filter "label=dspark.lab.name=$LAB_NAME" --format '{{.Names}}')
+  else
+    for x in "$MGMT_NET" "${FABRIC_NETS[@]}"; do want[$x]=1; done
+    have=$(docker network ls --filter "label=dspark.lab.name=$LAB_NAME" --format '{{.Name}}')
+  fi
+  for x in $have; do if [[ -z ${want[$x]:-} ]]; then echo "$x"; fi; done
+}
+
+remove_orphan_containers() {
+  local x
+  for x in $(orphans container); do
+    log "removing $x and its volume: no longer in $INVENTORY"
+    docker rm -f "$x" >/dev/null
+    if [[ $(owner volume "$x-docker") == "$LAB_NAME" ]]; then docker volume rm "$x-docker" >/dev/null; fi
+  done
+}
+
+# After drop_stale_node: a node moved to another group leaves its old network only when re-created.
+remove_orphan_networks() {
+  local x
+  for x in $(orphans network); do
+    log "removing network $x: no longer in $INVENTORY"
+    docker network rm "$x" >/dev/null
+  done
+}
+
+# The lab is as the inventory says: image, networks, every node created as wanted and running. Whether the
+# nodes answer (fabric NIC, ssh) is for cmd_status.
 lab_ok() {
   engine_up || return 1
   docker image inspect "$IMAGE" >/dev/null 2>&1 || return 1
-  local n
-  for n in "${NODES[@]}"; do node_ok "$n" || return 1; done
+  local x
+  for x in "$MGMT_NET" "${FABRIC_NETS[@]}"; do
+    [[ $(owner network "$x") == "$LAB_NAME" ]] || return 1
+    net_ok "$x" || return 1
+  done
+  [[ -z $(orphans container) && -z $(orphans network) ]] || return 1
+  for x in "${NODES[@]}"; do
+    [[ $(node_state "$x") == running ]] || return 1
+    [[ $(owner container "$x") == "$LAB_NAME" ]] || return 1
+    [[ $(node_config "$x" 2>/dev/null) == "$(node_want "$x")" ]] || return 1
+  done
 }
 
 # --- Commands ------------------------------------------------------------------------------------------
@@ -232,30 +399,48 @@ cmd_status() {
     printf '%-13s engine-down\n' "${NODES[@]}"
     return 1
   fi
-  local n state mgmt fabric ssh_ok rc=0
+  local n state who mgmt fabric want ssh_ok rc=0
   for n in "${NODES[@]}"; do
     state=$(node_state "$n")
+    who=$(owner container "$n")
     mgmt=- fabric=- ssh_ok=fail
-    if [[ $state == running ]]; then
+    if [[ $who != "$LAB_NAME" && $state != absent ]]; then
+      state="foreign(${who})"
+    elif [[ $state == running ]]; then
       mgmt=$(docker inspect -f "{{with index .NetworkSettings.Networks \"$MGMT_NET\"}}{{.IPAddress}}{{end}}" "$n")
-      fabric=$(docker exec "$n" sh -c "ip -o -4 addr show dev $FABRIC_IF 2>/dev/null | awk '{print \$4}';
-        cat /sys/class/net/$FABRIC_IF/mtu 2>/dev/null" | paste -sd' ' -) || true
-      if [[ -n $fabric ]]; then fabric="$FABRIC_IF ${fabric% *} mtu ${fabric##* }"; else fabric="$FABRIC_IF missing"; fi
+      fabric=$(docker exec "$n" sh -c "ip -o -4 addr show dev ${FABRIC_IF[$n]} 2>/dev/null | awk '{print \$4}';
+        cat /sys/class/net/${FABRIC_IF[$n]}/mtu 2>/dev/null" | paste -sd' ' -) || true
+      if [[ -n $fabric ]]; then
+        fabric="${FABRIC_IF[$n]} ${fabric% *} mtu ${fabric##* }"
+      else
+        fabric="${FABRIC_IF[$n]} missing"
+      fi
       [[ -s $KEY ]] && node_ssh "$n" true </dev/null >/dev/null 2>&1 && ssh_ok=ok
     fi
-    printf '%-13s %-8s mgmt %-12s fabric %-36s ssh %s (127.0.0.1:%s)\n' \
-      "$n" "$state" "${mgmt:--}" "$fabric" "$ssh_ok" "${SSH_PORT[$n]}"
-    [[ $state == running && $ssh_ok == ok && $fabric == *" mtu $FABRIC_MTU" ]] || rc=1
+    printf '%-13s %-9s %-8s mgmt %-12s fabric %-36s ssh %s (127.0.0.1:%s)\n' \
+      "$n" "${GROUP[$n]}" "$state" "${mgmt:--}" "$fabric" "$ssh_ok" "${SSH_PORT[$n]}"
+    want="${FABRIC_IF[$n]} ${FABRIC_IP[$n]}/${FABRIC_PREFIX[$n]} mtu ${MTU[$n]}"
+    [[ $state == running && $ssh_ok == ok && $mgmt == "${MGMT_IP[$n]}" && $fabric == "$want" ]] || rc=1
   done
   return "$rc"
 }
 
 cmd_up() {
-  local t0=$SECONDS n
+  local t0=$SECONDS n out
   ensure_engine
-  if lab_ok; then
-    log "already up, nothing to do"
+  set_labels
+  if lab_ok && out=$(cmd_status); then
+    printf '%s\n' "$out"
+    log "lab $LAB_NAME already up, nothing to do"
   else
+    # Refuse before changing anything when a name or port is taken by another lab or program.
+    for n in "${NODES[@]}"; do
+      if ! mine container "$n"; then check_port_free "$n"; fi
+    done
+    for n in "$MGMT_NET" "${FABRIC_NETS[@]}"; do mine network "$n" || true; done
+    remove_orphan_containers
+    for n in "${NODES[@]}"; do drop_stale_node "$n"; done
+    remove_orphan_networks
     ensure_image
     ensure_key
     ensure_networks
@@ -264,36 +449,70 @@ cmd_up() {
     for n in "${NODES[@]}"; do
       wait_for 60 "ssh spark@127.0.0.1:${SSH_PORT[$n]} ($n)" node_ssh "$n" true
     done
-    # The fabric must carry full jumbo frames unfragmented (9000 - 20 IP - 8 ICMP = 8972 bytes).
-    wait_for 20 "a DF 8972-byte ping spark-head -> spark-worker over $FABRIC_IF" \
-      docker exec spark-head ping -M "do" -s 8972 -c1 -W2 "${FABRIC_IP[spark-worker]}"
-    wait_for 20 "a DF 8972-byte ping spark-worker -> spark-head over $FABRIC_IF" \
-      docker exec spark-worker ping -M "do" -s 8972 -c1 -W2 "${FABRIC_IP[spark-head]}"
+    # Every fabric must carry full jumbo frames unfragmented, between every two members of a group.
+    for n in "${NODES[@]}"; do
+      wait_for 20 "DF $((MTU[$n] - 28))-byte pings $n -> the other members of ${GROUP[$n]} over ${FABRIC_IF[$n]}" \
+        ping_peers "$n"
+    done
+    cmd_status || die "lab $LAB_NAME is not healthy after up"
   fi
-  cmd_status || die "lab is not healthy after up"
-  log "up in $((SECONDS - t0))s"
+  log "lab $LAB_NAME up in $((SECONDS - t0))s"
+}
+
+# Everything of this lab: the inventory's names plus whatever carries its label (hosts since removed from it).
+lab_objects() {
+  local kind=$1 x filter=(--filter "label=dspark.lab.name=$LAB_NAME")
+  {
+    case $kind in
+      container)
+        printf '%s\n' "${NODES[@]}"
+        docker container ls -a "${filter[@]}" --format '{{.Names}}'
+        ;;
+      volume)
+        for x in "${NODES[@]}"; do echo "$x-docker"; done
+        docker volume ls "${filter[@]}" --format '{{.Name}}'
+        ;;
+      network)
+        printf '%s\n' "${FABRIC_NETS[@]}" "$MGMT_NET"
+        docker network ls "${filter[@]}" --format '{{.Name}}'
+        ;;
+    esac
+  } | awk 'NF && !seen[$0]++'
 }
 
 cmd_down() {
-  local purge=${1:-} n
-  [[ -z $purge || $purge == --purge ]] || die "usage: lab.sh down [--purge]"
+  local purge=${1:-} x who others
+  [[ -z $purge || $purge == --purge ]] || die "usage: lab.sh down [--purge] [-i INVENTORY]"
   ensure_engine
-  for n in "${NODES[@]}"; do
-    if [[ $(node_state "$n") != absent ]]; then
-      log "removing $n"
-      docker rm -f "$n" >/dev/null
-    fi
-    if docker volume inspect "$n-docker" >/dev/null 2>&1; then
-      log "removing volume $n-docker"
-      docker volume rm "$n-docker" >/dev/null
-    fi
-  done
-  for n in "$FABRIC_NET" "$MGMT_NET"; do
-    if docker network inspect "$n" >/dev/null 2>&1; then
-      log "removing network $n"
-      docker network rm "$n" >/dev/null
-    fi
-  done
+  if [[ $purge == --purge ]]; then
+    # The image and .lab/ (the ssh key) serve every lab: refuse while another lab still has containers.
+    others=$(docker ps -a --filter label=dspark.lab=1 --format '{{.Names}} {{.Label "dspark.lab.name"}}' |
+      awk -v lab="$LAB_NAME" '{ if (($2 == "" ? "lab" : $2) != lab) print $1 }' | paste -sd' ' -)
+    [[ -z $others ]] || die "--purge removes the image and $STATE, which other labs still use ($others).
+  Fix: take those labs down first (lab.sh down -i <inventory>)"
+  fi
+  while read -r x; do
+    who=$(owner container "$x")
+    [[ $who == absent ]] && continue
+    if [[ $who != "$LAB_NAME" ]]; then log "leaving $x: it belongs to $(describe "$who")"; continue; fi
+    log "removing $x"
+    docker rm -f "$x" >/dev/null
+  done < <(lab_objects container)
+  while read -r x; do
+    who=$(owner volume "$x")
+    # Volumes made by the lab.sh before inventories carry no label: the name says whose they are.
+    [[ $who == absent ]] && continue
+    if [[ $who != "$LAB_NAME" && $who != foreign ]]; then log "leaving volume $x: it belongs to $(describe "$who")"; continue; fi
+    log "removing volume $x"
+    docker volume rm "$x" >/dev/null || log "WARNING: volume $x is still in use; left in place"
+  done < <(lab_objects volume)
+  while read -r x; do
+    who=$(owner network "$x")
+    [[ $who == absent ]] && continue
+    if [[ $who != "$LAB_NAME" ]]; then log "leaving network $x: it belongs to $(describe "$who")"; continue; fi
+    log "removing network $x"
+    docker network rm "$x" >/dev/null
+  done < <(lab_objects network)
   if [[ $purge == --purge ]]; then
     if docker image inspect "$IMAGE" >/dev/null 2>&1; then
       log "removing image $IMAGE"
@@ -303,19 +522,44 @@ cmd_down() {
     log "removing $STATE"
     rm -rf "$STATE"
   fi
-  log "down"
+  log "lab $LAB_NAME down"
 }
 
-# Serialise up/down: several engineers and test runs share this one lab.
+# Serialise up/down: several engineers, labs and test runs share this engine and these names.
 lock() {
   mkdir -p "$STATE"
   exec 9>>"$STATE/lock"
   flock -w 600 9 || die "another lab.sh up/down held $STATE/lock for 600s"
 }
 
-case ${1:-} in
-  up) lock; cmd_up ;;
-  down) lock; cmd_down "${2:-}" ;;
-  status) cmd_status ;;
-  *) echo "usage: $0 up | down [--purge] | status" >&2; exit 2 ;;
-esac
+usage() { echo "usage: $0 up | down [--purge] | status   [-i INVENTORY]   (default $DEFAULT_INVENTORY)" >&2; exit 2; }
+
+main() {
+  local cmd=${1:-} purge=
+  [[ -n $cmd ]] || usage
+  shift
+  while (($#)); do
+    case $1 in
+      -i | --inventory) [[ -n ${2:-} ]] || usage; INVENTORY=$2; shift 2 ;;
+      --inventory=*) INVENTORY=${1#*=}; shift ;;
+      --purge) [[ $cmd == down ]] || usage; purge=--purge; shift ;;
+      *) usage ;;
+    esac
+  done
+  case $cmd in
+    up) load_spec || die "cannot build the lab from $INVENTORY (see above)"; lock; cmd_up ;;
+    down)
+      # A broken inventory must not keep its lab from going: then only what carries the lab's label goes.
+      if ! load_spec; then
+        LAB_NAME=$(python3 "$LAB_DIR/labspec.py" --name "$INVENTORY")
+        log "WARNING: $INVENTORY does not describe a lab (see above); removing only what is labelled lab $LAB_NAME"
+      fi
+      lock
+      cmd_down "$purge"
+      ;;
+    status) load_spec || die "cannot read the lab from $INVENTORY (see above)"; cmd_status ;;
+    *) usage ;;
+  esac
+}
+
+main "$@"

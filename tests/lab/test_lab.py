@@ -1,8 +1,12 @@
-"""Checks the real state of the container lab started by `lab/lab.sh up`.
+"""Checks the real state of a container lab started by `lab/lab.sh up [-i INVENTORY]`.
 
-Skipped when the lab is not up (`lab.sh status` fails), unless DSPARK_LAB_REQUIRED=1, then failed.
+The lab is the one DSPARK_LAB_INVENTORY names (default inventories/lab/hosts.yml, the pair); its nodes,
+ports and addresses come from lab/labspec.py, as lab.sh reads them. Skipped when the lab is not up
+(`lab.sh status` fails), unless DSPARK_LAB_REQUIRED=1, then failed.
 """
 
+import importlib.util
+import itertools
 import os
 import re
 import subprocess
@@ -13,19 +17,22 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 LAB_SH = REPO / "lab" / "lab.sh"
 KEY = REPO / ".lab" / "id_ed25519"
-FABRIC_IF = "enp1s0f1np1"
+INVENTORY = os.environ.get("DSPARK_LAB_INVENTORY", str(REPO / "inventories" / "lab" / "hosts.yml"))
+_SPEC = importlib.util.spec_from_file_location("labspec", REPO / "lab" / "labspec.py")
+labspec = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(labspec)
+SPEC = labspec.spec_for(INVENTORY)
 NODES = {
-    "spark-head": {
-        "port": int(os.environ.get("DSPARK_LAB_HEAD_SSH_PORT", "2221")),
-        "mgmt": "10.231.0.11",
-        "fabric": "192.168.100.1",
-    },
-    "spark-worker": {
-        "port": int(os.environ.get("DSPARK_LAB_WORKER_SSH_PORT", "2222")),
-        "mgmt": "10.231.0.12",
-        "fabric": "192.168.100.2",
-    },
+    n["name"]: {
+        "port": n["ssh_port"], "mgmt": n["mgmt_ip"], "fabric": n["fabric_ip"], "prefix": n["prefixlen"],
+        "group": n["group"], "fabric_if": n["fabric_if"], "mtu": n["mtu"],
+    }
+    for n in SPEC["nodes"]
 }
+MGMT_PREFIX = SPEC["mgmt"]["subnet"].split("/")[1]
+# Every ordered pair of members of one serving group; and one pair of nodes of different groups, if any.
+PEERS = [(a, b) for a, b in itertools.permutations(NODES, 2) if NODES[a]["group"] == NODES[b]["group"]]
+STRANGERS = [(a, b) for a, b in itertools.permutations(NODES, 2) if NODES[a]["group"] != NODES[b]["group"]][:1]
 SSH_OPTS = [
     "-o", "StrictHostKeyChecking=no",
     "-o", "UserKnownHostsFile=/dev/null",
@@ -36,7 +43,8 @@ SSH_OPTS = [
 
 
 def lab_status():
-    return subprocess.run(["bash", str(LAB_SH), "status"], capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(["bash", str(LAB_SH), "status", "-i", INVENTORY], capture_output=True, text=True,
+                          timeout=180, check=False)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -46,7 +54,8 @@ def lab_is_up():
     if status.returncode == 0:
         return
     detail = " | ".join(" ".join(line.split()) for line in (status.stdout + status.stderr).splitlines())
-    reason = f"lab is not up (lab/lab.sh status: exit {status.returncode}; {detail}); start it with: bash lab/lab.sh up"
+    reason = (f"lab {SPEC['lab']} is not up (lab/lab.sh status -i {INVENTORY}: exit {status.returncode}; {detail}); "
+              f"start it with: bash lab/lab.sh up -i {INVENTORY}")
     if os.environ.get("DSPARK_LAB_REQUIRED") == "1":
         pytest.fail(reason, pytrace=False)
     pytest.skip(reason)
@@ -88,37 +97,52 @@ def test_systemd_is_running(node):
 
 @pytest.mark.parametrize("node", NODES)
 def test_fabric_interface(node):
-    out = ssh(node, f"ip -o -4 addr show dev {FABRIC_IF}; cat /sys/class/net/{FABRIC_IF}/mtu").stdout
-    assert f"inet {NODES[node]['fabric']}/24 " in out
-    assert out.split()[-1] == "9000"
+    want = NODES[node]
+    out = ssh(node, f"ip -o -4 addr show dev {want['fabric_if']}; cat /sys/class/net/{want['fabric_if']}/mtu").stdout
+    assert f"inet {want['fabric']}/{want['prefix']} " in out
+    assert out.split()[-1] == str(want["mtu"])
 
 
 @pytest.mark.parametrize("node", NODES)
 def test_management_interface(node):
     out = ssh(node, "ip -o -4 addr show").stdout
-    assert f"inet {NODES[node]['mgmt']}/24 " in out
+    assert f"inet {NODES[node]['mgmt']}/{MGMT_PREFIX} " in out
 
 
 @pytest.mark.parametrize("node", NODES)
 def test_no_default_route_over_fabric(node):
+    fabric_if = NODES[node]["fabric_if"]
     routes = ssh(node, "ip -4 route show default").stdout
     assert routes.strip(), "no default route at all (the mgmt network should provide one)"
-    assert FABRIC_IF not in routes
-    assert ssh(node, "ip -4 route get 1.1.1.1").stdout.split("dev ")[1].split()[0] != FABRIC_IF
+    assert fabric_if not in routes
+    assert ssh(node, "ip -4 route get 1.1.1.1").stdout.split("dev ")[1].split()[0] != fabric_if
 
 
-def test_jumbo_frames_head_to_worker():
-    worker = NODES["spark-worker"]["fabric"]
-    ok = ssh("spark-head", f"ping -M do -s 8972 -c1 -W2 -I {FABRIC_IF} {worker}", check=False)
+@pytest.mark.parametrize("src, dst", PEERS, ids=[f"{a}->{b}" for a, b in PEERS])
+def test_jumbo_frames_between_group_members(src, dst):
+    """Full-MTU frames pass unfragmented (MTU - 28 bytes of ICMP payload); one byte more is refused."""
+    fabric_if, size = NODES[src]["fabric_if"], NODES[src]["mtu"] - 28
+    ok = ssh(src, f"ping -M do -s {size} -c1 -W2 -I {fabric_if} {NODES[dst]['fabric']}", check=False)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    too_big = ssh("spark-head", f"ping -M do -s 8973 -c1 -W2 -I {FABRIC_IF} {worker}", check=False)
+    too_big = ssh(src, f"ping -M do -s {size + 1} -c1 -W2 -I {fabric_if} {NODES[dst]['fabric']}", check=False)
     assert too_big.returncode != 0, too_big.stdout
 
 
-def test_worker_reaches_head_over_fabric_by_name():
-    result = ssh("spark-worker", "ping -M do -s 8972 -c1 -W2 spark-head-fabric", check=False)
+@pytest.mark.parametrize("src, dst", PEERS, ids=[f"{a}->{b}" for a, b in PEERS])
+def test_members_reach_each_other_over_fabric_by_name(src, dst):
+    result = ssh(src, f"ping -M do -s {NODES[src]['mtu'] - 28} -c1 -W2 {dst}-fabric", check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert NODES["spark-head"]["fabric"] in result.stdout
+    assert NODES[dst]["fabric"] in result.stdout
+
+
+@pytest.mark.parametrize("src, dst", STRANGERS or [(None, None)], ids=[f"{a}->{b}" for a, b in STRANGERS] or ["one-group"])
+def test_groups_have_separate_fabrics(src, dst):
+    """Each serving group has its own fabric: another group's fabric address is not reachable, nor its name known."""
+    if src is None:
+        pytest.skip(f"lab {SPEC['lab']} has a single serving group")
+    result = ssh(src, f"ping -c1 -W1 {NODES[dst]['fabric']}", check=False)
+    assert result.returncode != 0, result.stdout
+    assert ssh(src, f"getent hosts {dst}-fabric", check=False).returncode != 0
 
 
 def test_distinct_ssh_host_keys():
@@ -137,4 +161,5 @@ def test_status_exits_zero():
     assert status.returncode == 0, status.stdout + status.stderr
     lines = status.stdout.strip().splitlines()
     assert [line.split()[0] for line in lines] == list(NODES)
-    assert all("running" in line and "ssh ok" in line and "mtu 9000" in line for line in lines), lines
+    assert all("running" in line and "ssh ok" in line for line in lines), lines
+    assert all(f"mtu {NODES[line.split()[0]]['mtu']} " in line for line in lines), lines

@@ -1,0 +1,200 @@
+"""Unit tests of lab/labspec.py, the inventory reader behind lab/lab.sh (no Docker needed).
+
+The inventories in inventories/ go through the venv's ansible-inventory; the bad ones are small
+hosts.yml files written to a temporary directory.
+"""
+
+import importlib.util
+import ipaddress
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = importlib.util.spec_from_file_location("labspec", REPO / "lab" / "labspec.py")
+labspec = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(labspec)
+
+PAIR = REPO / "inventories" / "lab" / "hosts.yml"
+FLEET = REPO / "inventories" / "lab-fleet" / "hosts.yml"
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return labspec.spec_for(str(PAIR))
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    return labspec.spec_for(str(FLEET))
+
+
+def test_pair_lab_keeps_its_names_and_addresses(pair):
+    """Tests, Molecule and engineers depend on these exact names, ports and addresses."""
+    assert pair["lab"] == "lab"
+    assert pair["mgmt"] == {"network": "dspark-lab-mgmt", "subnet": "10.231.0.0/24"}
+    assert pair["fabrics"] == [{"network": "dspark-lab-fabric", "group": "lab_pair", "cidr": "192.168.100.0/24",
+                                "gateway": "192.168.100.254", "mtu": 9000}]
+    hosts = "spark-head-fabric:192.168.100.1,spark-worker-fabric:192.168.100.2"
+    assert [(n["name"], n["ssh_port"], n["mgmt_ip"], n["fabric_ip"], n["fabric_if"], n["hosts"]) for n in pair["nodes"]] == [
+        ("spark-head", 2221, "10.231.0.11", "192.168.100.1", "enp1s0f1np1", hosts),
+        ("spark-worker", 2222, "10.231.0.12", "192.168.100.2", "enp1s0f1np1", hosts),
+    ]
+
+
+def test_fleet_lab(fleet):
+    assert fleet["lab"] == "lab-fleet"
+    assert fleet["mgmt"] == {"network": "dspark-lab-fleet-mgmt", "subnet": "10.232.0.0/24"}
+    assert [(f["network"], f["cidr"], f["gateway"], f["mtu"]) for f in fleet["fabrics"]] == [
+        ("dspark-lab-fleet-pair_a", "192.168.101.0/24", "192.168.101.254", 9000),
+        ("dspark-lab-fleet-pair_b", "192.168.102.0/24", "192.168.102.254", 9000),
+        ("dspark-lab-fleet-trio_c", "192.168.103.0/24", "192.168.103.254", 9000),
+    ]
+    assert [(n["name"], n["group"], n["rank"], n["ssh_port"], n["mgmt_ip"], n["fabric_ip"]) for n in fleet["nodes"]] == [
+        ("spark-a0", "pair_a", 0, 2241, "10.232.0.11", "192.168.101.1"),
+        ("spark-a1", "pair_a", 1, 2242, "10.232.0.12", "192.168.101.2"),
+        ("spark-b0", "pair_b", 0, 2243, "10.232.0.13", "192.168.102.1"),
+        ("spark-b1", "pair_b", 1, 2244, "10.232.0.14", "192.168.102.2"),
+        ("spark-c0", "trio_c", 0, 2245, "10.232.0.15", "192.168.103.1"),
+        ("spark-c1", "trio_c", 1, 2246, "10.232.0.16", "192.168.103.2"),
+        ("spark-c2", "trio_c", 2, 2247, "10.232.0.17", "192.168.103.3"),
+    ]
+    trio = [n for n in fleet["nodes"] if n["group"] == "trio_c"]
+    assert {n["hosts"] for n in trio} == {
+        "spark-c0-fabric:192.168.103.1,spark-c1-fabric:192.168.103.2,spark-c2-fabric:192.168.103.3"}
+
+
+@pytest.mark.parametrize("inventory", [PAIR, FLEET], ids=["lab", "lab-fleet"])
+def test_ports_and_addresses_are_unique_and_inside_their_networks(inventory):
+    spec = labspec.spec_for(str(inventory))
+    nodes = spec["nodes"]
+    for key in ("name", "ssh_port", "mgmt_ip", "fabric_ip"):
+        values = [n[key] for n in nodes]
+        assert len(values) == len(set(values)), (key, values)
+    mgmt = ipaddress.ip_network(spec["mgmt"]["subnet"])
+    fabrics = {f["network"]: f for f in spec["fabrics"]}
+    for node in nodes:
+        assert ipaddress.ip_address(node["mgmt_ip"]) in mgmt
+        fabric = fabrics[node["fabric_network"]]
+        assert ipaddress.ip_address(node["fabric_ip"]) in ipaddress.ip_network(fabric["cidr"])
+        assert node["fabric_ip"] != fabric["gateway"]
+        assert node["mtu"] == fabric["mtu"]
+    nets = [mgmt] + [ipaddress.ip_network(f["cidr"]) for f in spec["fabrics"]]
+    assert not any(a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1:]), nets
+
+
+def test_lab_name_comes_from_the_directory():
+    assert labspec.lab_name("inventories/lab/hosts.yml") == "lab"
+    assert labspec.lab_name(str(REPO / "inventories" / "lab-fleet")) == "lab-fleet"
+
+
+def test_cli_prints_plain_lines():
+    result = subprocess.run([sys.executable, str(REPO / "lab" / "labspec.py"), str(FLEET)],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "lab lab-fleet"
+    assert lines[1] == "mgmt dspark-lab-fleet-mgmt 10.232.0.0/24"
+    assert sum(line.startswith("fabric ") for line in lines) == 3
+    nodes = [line.split() for line in lines if line.startswith("node ")]
+    assert len(nodes) == 7 and all(len(fields) == 12 for fields in nodes)
+    assert nodes[-1][:5] == ["node", "spark-c2", "trio_c", "2", "2247"]
+
+
+# --- bad inventories --------------------------------------------------------------------------------------
+
+GOOD = """
+all:
+  vars:
+    dspark_fabric_interface: enp1s0f1np1
+    dspark_fabric_mtu: 9000
+  children:
+    dspark:
+      children:
+        g1:
+          vars: {dspark_group: g1, dspark_fabric_cidr: 192.168.1.0/24}
+          hosts:
+            n0: {ansible_port: 3001, dspark_rank: 0, dspark_fabric_address: 192.168.1.1}
+            n1: {ansible_port: 3002, dspark_rank: 1, dspark_fabric_address: 192.168.1.2}
+        g2:
+          vars: {dspark_group: g2, dspark_fabric_cidr: 192.168.2.0/24}
+          hosts:
+            m0: {ansible_port: 3003, dspark_rank: 0, dspark_fabric_address: 192.168.2.1}
+            m1: {ansible_port: 3004, dspark_rank: 1, dspark_fabric_address: 192.168.2.2}
+"""
+
+
+def run_cli(tmp_path, text, name="lab-x"):
+    inv = tmp_path / name / "hosts.yml"
+    inv.parent.mkdir(parents=True, exist_ok=True)
+    inv.write_text(textwrap.dedent(text))
+    return subprocess.run([sys.executable, str(REPO / "lab" / "labspec.py"), str(inv)],
+                          capture_output=True, text=True, check=False)
+
+
+def test_good_inventory_two_groups(tmp_path):
+    result = run_cli(tmp_path, GOOD)
+    assert result.returncode == 0, result.stderr
+    assert "fabric dspark-lab-x-g1 g1 192.168.1.0/24 192.168.1.254 9000" in result.stdout
+    assert "mgmt dspark-lab-x-mgmt 10.231.0.0/24" in result.stdout  # the default management subnet
+
+
+@pytest.mark.parametrize("change, expected", [
+    (("n1: {ansible_port: 3002, ", "n1: {"),
+     "n1: ansible_port is not set"),
+    (("ansible_port: 3004", "ansible_port: 3001"),
+     "lab lab-x: ansible_port=3001 is set on n0, m1"),
+    (("dspark_fabric_address: 192.168.2.2", "dspark_fabric_address: 192.168.9.2"),
+     "m1: dspark_fabric_address='192.168.9.2' is outside the group's dspark_fabric_cidr (192.168.2.0/24)"),
+    (("dspark_fabric_address: 192.168.2.2", "dspark_fabric_address: 192.168.2.254"),
+     "m1: dspark_fabric_address='192.168.2.254' is the last usable address of 192.168.2.0/24"),
+    (("dspark_fabric_address: 192.168.2.2", "dspark_fabric_address: 192.168.2.1"),
+     "m1: dspark_fabric_address='192.168.2.1' is also the address of m0"),
+    (("dspark_fabric_cidr: 192.168.2.0/24", "dspark_fabric_cidr: 192.168.1.0/25"),
+     "overlaps dspark_fabric_cidr of g1 (192.168.1.0/24)"),
+    (("ansible_port: 3004", "ansible_port: 80"),
+     "m1: ansible_port=80 is not a port in 1024-65535"),
+    (("dspark_rank: 1, dspark_fabric_address: 192.168.2.2", "dspark_rank: 0, dspark_fabric_address: 192.168.2.2"),
+     "group g2: dspark_rank=0 is set on m0, m1"),
+    (("{dspark_group: g2,", "{dspark_group: g3,"),
+     "m0: dspark_group='g3' names a group this host is not in"),
+    (("dspark_fabric_mtu: 9000", "dspark_fabric_mtu: 90000"),
+     "dspark_fabric_mtu=90000 is not an MTU in 1280-9216"),
+    (("dspark_fabric_cidr: 192.168.2.0/24", "dspark_fabric_cidr: 192.168.2.0/31"),
+     "group g2: dspark_fabric_cidr='192.168.2.0/31' has room for 0 host(s)"),
+    (("  vars:\n", "  vars:\n    lab_mgmt_subnet: 192.168.2.0/24\n"),
+     "overlaps lab_mgmt_subnet (192.168.2.0/24)"),
+])
+def test_bad_inventory_is_a_clear_error(tmp_path, change, expected):
+    old, new = change
+    assert old in GOOD
+    result = run_cli(tmp_path, GOOD.replace(old, new, 1))
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == ""
+    assert "labspec: ERROR: " in result.stderr
+    assert expected in result.stderr, result.stderr
+    assert "Fix: " in result.stderr
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    bad = GOOD.replace("n1: {ansible_port: 3002, ", "n1: {").replace("ansible_port: 3004", "ansible_port: 3003")
+    result = run_cli(tmp_path, bad)
+    assert result.returncode == 2
+    assert "n1: ansible_port is not set" in result.stderr
+    assert "ansible_port=3003 is set on m0, m1" in result.stderr
+
+
+def test_no_dspark_group(tmp_path):
+    result = run_cli(tmp_path, "all:\n  hosts:\n    lonely: {ansible_port: 3001}\n")
+    assert result.returncode == 2
+    assert "group dspark has no hosts" in result.stderr
+
+
+def test_missing_inventory(tmp_path):
+    result = subprocess.run([sys.executable, str(REPO / "lab" / "labspec.py"), str(tmp_path / "nope" / "hosts.yml")],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert "no such inventory" in result.stderr
