@@ -1,0 +1,46 @@
+"""Fixtures of the dspark-fleet tests: recorded ansible-runner event streams and the fake project."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+# The package is installed (editable) by requirements.txt; without it, import it from the checkout.
+sys.path.insert(0, str(ROOT / "tools" / "dspark-fleet"))
+
+FIXTURES = HERE / "fixtures"
+FAKE_PROJECT = HERE / "fakeproject"
+
+
+def load_stream(name):
+    with open(FIXTURES / (name + ".json"), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def fold(name_or_events):
+    from dspark_fleet.events import GroupEvents
+    events = load_stream(name_or_events)["events"] if isinstance(name_or_events, str) else name_or_events
+    state = GroupEvents()
+    for event in events:
+        state.feed(event)
+    return state
+
+
+@pytest.fixture
+def stream():
+    return load_stream
+
+
+@pytest.fixture
+def fake_project():
+    return FAKE_PROJECT
+
+
+@pytest.fixture
+def venv_path(monkeypatch):
+    """ansible-playbook and ansible-inventory of this Python first on PATH (as the console script does)."""
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))

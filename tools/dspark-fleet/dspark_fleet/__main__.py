@@ -1,0 +1,7 @@
+"""`python -m dspark_fleet` = `dspark-fleet`."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,530 @@
+"""dspark-fleet: plan, reprovision and status over the serving groups of one inventory.
+
+Exit codes: 0 every group converged (skipped by --resume counts as converged) / is ok; 1 a group failed,
+was cancelled or did not start; 2 bad usage or bad input (unknown group pattern, unreadable inventory or
+--resume report, the global validation failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from datetime import datetime, timezone
+
+from . import __version__, fingerprint, inventory, progress, report, resume, runner_exec
+from .orchestrator import Fleet, GroupRun, default_judge
+from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED, OK, RUNNING, SKIPPED, SUCCESS, Scheduler
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+PLAYBOOKS = {"plan": "site.yml", "reprovision": "site.yml", "status": "playbooks/status.yml"}
+PREFLIGHT = "playbooks/preflight.yml"
+# JSON, not key=value: `-e key=false` is the string "false", which ansible-core 2.19 refuses as a conditional.
+PREFLIGHT_VARS = '{"preflight_check_reachability": false}'
+
+
+class UsageError(Exception):
+    """Bad usage or bad input: exit 2."""
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _int_at_least(low):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("%r is not a whole number" % text) from None
+        if value < low:
+            raise argparse.ArgumentTypeError("%d is less than %d" % (value, low))
+        return value
+    return parse
+
+
+def build_parser():
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    common.add_argument("-i", "--inventory", required=True,
+                        help="the inventory (file or directory); its child groups of 'dspark' are the serving groups")
+    common.add_argument("--groups", action="append", default=[], metavar="NAMES",
+                        help="serving groups: names or fnmatch patterns, comma-separated or repeated (default: all)")
+    common.add_argument("--parallel", type=_int_at_least(1), default=1, metavar="N",
+                        help="groups run at the same time (default 1)")
+    common.add_argument("--artifacts", metavar="DIR",
+                        help="where each run's logs and events go (default .dspark-fleet/<UTC timestamp>/)")
+    common.add_argument("--report", metavar="PATH",
+                        help="the JSON report (default <artifacts>/report.json); the Markdown goes next to it (.md)")
+    common.add_argument("-e", "--extra-vars", action="append", default=[], dest="extra_vars", metavar="VARS",
+                        help="passed to ansible-playbook as given (key=value, @file or JSON); repeatable")
+    common.add_argument("--project-dir", metavar="DIR",
+                        help="the collection checkout with site.yml and ansible.cfg (default: this tool's repository)")
+    common.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+
+    parser = argparse.ArgumentParser(
+        prog="dspark-fleet", allow_abbrev=False,
+        description="Reprovision, plan and check the DGX Spark serving groups of one inventory, one "
+                    "ansible-playbook run per group (ansible-runner).",
+        epilog="Exit codes: 0 all converged/ok, 1 a group failed, was cancelled or did not start, "
+               "2 bad usage or bad input.")
+    parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
+    sub = parser.add_subparsers(dest="subcommand", metavar="{plan,reprovision,status}")
+    sub.required = True
+
+    plan = sub.add_parser("plan", parents=[common], allow_abbrev=False,
+                          help="site.yml in check mode with diff per group: what would change (changes nothing)")
+    plan.add_argument("--tags", help="only this phase (passed to ansible-playbook)")
+
+    rep = sub.add_parser("reprovision", parents=[common], allow_abbrev=False,
+                         help="validate once, then site.yml --limit <group> per group")
+    rep.add_argument("--canary", type=_int_at_least(0), default=0, metavar="K",
+                     help="run the first K groups first; the others only when all K converged")
+    rep.add_argument("--max-failed", type=_int_at_least(1), default=None, metavar="F",
+                     help="no new group starts once F groups failed")
+    rep.add_argument("--tags", help="only this phase (passed to ansible-playbook; preflight always runs)")
+    rep.add_argument("--resume", metavar="REPORT",
+                     help="skip groups that converged in REPORT with the same inputs fingerprint; redo the rest")
+
+    sub.add_parser("status", parents=[common], allow_abbrev=False,
+                   help="playbooks/status.yml per group: every rank's container, image and the API, as one table")
+    return parser
+
+
+def redacted_argv(argv):
+    """The command line without extra-vars values (an @file keeps its path)."""
+    def hide(value):
+        return value if value.startswith("@") else "<redacted>"
+    out = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(hide(arg))
+            hide_next = False
+        elif arg in ("-e", "--extra-vars"):
+            out.append(arg)
+            hide_next = True
+        elif arg.startswith("--extra-vars="):
+            out.append("--extra-vars=" + hide(arg[len("--extra-vars="):]))
+        elif arg.startswith("-e") and not arg.startswith("--"):
+            out.append("-e" + hide(arg[2:]))
+        else:
+            out.append(arg)
+    return out
+
+
+# --------------------------------------------------------------------------- context
+
+
+def default_project_dir():
+    """The repository this package lives in (tools/dspark-fleet/dspark_fleet/ -> ../../..), else the cwd."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.abspath(os.path.join(here, "..", "..", ".."))
+    for candidate in (repo, os.getcwd()):
+        if os.path.isfile(os.path.join(candidate, "site.yml")):
+            return candidate
+    raise UsageError("cannot find the collection checkout (site.yml): pass --project-dir")
+
+
+def utc_stamp(now=None):
+    return datetime.fromtimestamp(now or time.time(), timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+class Context:
+    """Everything a subcommand needs, checked before anything runs (UsageError on bad input)."""
+
+    def __init__(self, args, argv):
+        self.args = args
+        self.subcommand = args.subcommand
+        self.started = time.time()
+        self.project_dir = os.path.abspath(args.project_dir) if args.project_dir else default_project_dir()
+        needed = ["ansible.cfg", PLAYBOOKS[self.subcommand]] + ([PREFLIGHT] if self.subcommand == "reprovision" else [])
+        for rel in needed:
+            if not os.path.isfile(os.path.join(self.project_dir, rel)):
+                raise UsageError("%s has no %s (is --project-dir the collection checkout?)" % (self.project_dir, rel))
+        self.env_add = runner_exec.ansible_env(self.project_dir)
+        self.previous = None
+        if getattr(args, "resume", None):
+            try:
+                self.previous = resume.load_previous(args.resume)
+            except resume.ResumeError as exc:
+                raise UsageError(str(exc)) from None
+        try:
+            self.inventory = inventory.inventory_path(args.inventory)
+            env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="True", **self.env_add)
+            data = inventory.list_inventory(self.inventory, self.project_dir, env,
+                                            executable=runner_exec.tool("ansible-inventory"))
+            self.inv = inventory.Inventory(data)
+            self.patterns = inventory.split_patterns(args.groups)
+            self.groups = self.inv.select(self.patterns)
+        except inventory.InventoryError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            self.extra_digest = fingerprint.extra_vars_digest(args.extra_vars)
+        except fingerprint.ExtraVarsError as exc:
+            raise UsageError(str(exc)) from None
+        self.tags = getattr(args, "tags", None)
+        self.code = fingerprint.code_digest(self.project_dir)
+        self.fingerprints = dict(
+            (g, fingerprint.group_fingerprint(g, self.inv.member_vars(g), self.extra_digest, self.tags, self.code))
+            for g in self.groups)
+        artifacts = args.artifacts or os.path.join(".dspark-fleet", utc_stamp(self.started))
+        self.artifacts = os.path.abspath(artifacts)
+        if os.path.isdir(self.artifacts) and os.listdir(self.artifacts):
+            raise UsageError("the artifacts directory %s is not empty: choose another --artifacts" % self.artifacts)
+        if os.path.exists(self.artifacts) and not os.path.isdir(self.artifacts):
+            raise UsageError("--artifacts %s is not a directory" % self.artifacts)
+        self.report_path = os.path.abspath(args.report) if args.report else os.path.join(self.artifacts, "report.json")
+        self.command = {
+            "subcommand": self.subcommand,
+            "argv": ["dspark-fleet"] + redacted_argv(argv),
+            "playbook": PLAYBOOKS[self.subcommand],
+            "options": {
+                "groups": self.patterns,
+                "parallel": args.parallel,
+                "canary": getattr(args, "canary", None),
+                "max_failed": getattr(args, "max_failed", None),
+                "tags": self.tags,
+                "check": self.subcommand == "plan",
+                "resume": os.path.abspath(args.resume) if getattr(args, "resume", None) else None,
+            },
+            "extra_vars": {"count": len(args.extra_vars), "sha256": self.extra_digest},
+        }
+        self.private_dir = None
+        self.meta = {"command": self.command, "inventory": self.inventory, "project_dir": self.project_dir,
+                     "code_sha256": self.code, "artifacts_dir": self.artifacts, "started": self.started,
+                     "finished": None, "interrupted": False, "stop_reason": None, "preflight": None}
+
+    def prepare_artifacts(self):
+        try:
+            self.private_dir = runner_exec.prepare(self.artifacts)
+        except OSError as exc:
+            raise UsageError("cannot create the artifacts directory %s: %s" % (self.artifacts, exc)) from None
+
+    def playbook_args(self):
+        args = []
+        if self.subcommand == "plan":
+            args += ["--check", "--diff"]
+        if self.tags:
+            args += ["--tags", self.tags]
+        for value in self.args.extra_vars:
+            args += ["-e", value]
+        return args
+
+    def spec(self, ident, folder, playbook, limit, args):
+        return runner_exec.RunSpec(
+            ident=ident, playbook=os.path.join(self.project_dir, playbook), inventory=self.inventory,
+            project_dir=self.project_dir, artifacts_dir=folder, private_dir=self.private_dir, limit=limit,
+            args=args, envvars=self.env_add)
+
+    def members(self, group):
+        out = []
+        for host in self.inv.ordered_members(group):
+            try:
+                rank = int(self.inv.vars_of(host).get("dspark_rank"))
+            except (TypeError, ValueError):
+                rank = None
+            out.append({"host": host, "rank": rank})
+        return out
+
+
+# --------------------------------------------------------------------------- signals
+
+
+class Interrupts:
+    """SIGINT/SIGTERM: the first stops the fleet gracefully, the second stops waiting. Never raises."""
+
+    def __init__(self):
+        self.count = 0
+        self.fleet = None
+        self.signal_name = None
+
+    def handler(self, signum, frame):  # pylint: disable=unused-argument
+        self.count += 1
+        if self.signal_name is None:
+            self.signal_name = signal.Signals(signum).name
+        if self.fleet is not None:
+            if self.count == 1:
+                self.fleet.request_stop("interrupted by %s" % self.signal_name)
+            else:
+                self.fleet.request_abandon()
+
+    def install(self):
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self.handler)
+
+    @property
+    def reason(self):
+        return "interrupted by %s" % self.signal_name if self.count else None
+
+
+# --------------------------------------------------------------------------- building the report
+
+
+def group_entries(ctx, runs, skips=None, skip_previous=None):
+    skips = skips or {}
+    entries = {}
+    for group in ctx.groups:
+        common = {"fingerprint": ctx.fingerprints[group], "members": ctx.members(group),
+                  "model": ctx.inv.head_var(group, "dspark_model"),
+                  "revision": ctx.inv.head_var(group, "dspark_model_revision")}
+        if group in skips:
+            entries[group] = report.group_entry(group, SKIPPED, skip_reason=skips[group],
+                                                previous=(skip_previous or {}).get(group), **common)
+            continue
+        run = runs.get(group)
+        if run is None or run.started is None:
+            entries[group] = report.group_entry(group, NOT_STARTED, **common)
+            continue
+        with run.lock:
+            result = run.result or RUNNING
+            error = None
+            if run.run_result is not None and result not in SUCCESS:
+                error = run.run_result.error
+                if error is None and not run.events.failures and result == FAILED:
+                    tail = runner_exec.stdout_tail(run.spec.stdout_path, 8)
+                    error = "ansible-playbook ended with status %s (rc %s) without a failed task%s" % (
+                        run.run_result.status, run.run_result.rc, (": " + tail) if tail else "")
+                if error is None and result == CANCELLED:
+                    error = "cancelled (%s)" % (ctx.meta.get("stop_reason") or "stopped")
+            entries[group] = report.group_entry(
+                group, result, events=run.events, started=run.started, finished=run.finished,
+                runner=({"status": run.run_result.status, "rc": run.run_result.rc} if run.run_result else None),
+                logs={"artifacts_dir": run.spec.artifact_dir, "stdout": run.spec.stdout_path},
+                memory_kib=run.memory_kib, error=error, **common)
+    return entries
+
+
+def exit_code_for(entries):
+    return EXIT_OK if all(e["result"] in SUCCESS for e in entries.values()) else EXIT_FAILED
+
+
+def write_report(ctx, entries, exit_code, complete=True, quiet=False):
+    doc = report.build(ctx.meta, entries, exit_code, complete=complete)
+    try:
+        return report.write(doc, ctx.report_path)
+    except OSError as exc:
+        if not quiet:
+            print("dspark-fleet: cannot write the report %s: %s" % (ctx.report_path, exc), file=sys.stderr)
+        return None
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_groups(ctx, groups, interrupts, prog, success, playbook, scheduler, skips=None, skip_previous=None):
+    """One run per group through `scheduler`; interim reports after each group."""
+    folder = os.path.join(ctx.artifacts, "groups")
+    runs = dict((g, GroupRun(g, ctx.spec(g, folder, playbook, g, ctx.playbook_args()))) for g in groups)
+
+    def stop_reason(fleet):
+        return fleet.stop_reason or (scheduler.blocked() if scheduler.not_started() else None)
+
+    def interim(fleet):
+        ctx.meta["stop_reason"] = stop_reason(fleet)
+        write_report(ctx, group_entries(ctx, runs, skips, skip_previous), None, complete=False, quiet=True)
+
+    fleet = Fleet(runs, scheduler, prog, judge=default_judge(success), on_finish=interim)
+    interrupts.fleet = fleet
+    if interrupts.count:
+        fleet.request_stop(interrupts.reason)
+    fleet.run()
+    interrupts.fleet = None
+    ctx.meta["stop_reason"] = stop_reason(fleet)
+    ctx.meta["interrupted"] = bool(interrupts.count)
+    return runs
+
+
+def run_preflight(ctx, interrupts, prog):
+    """The one global validation: preflight.yml over every selected group, no node contacted."""
+    args = []
+    for value in ctx.args.extra_vars:
+        args += ["-e", value]
+    args += ["-e", PREFLIGHT_VARS]
+    spec = ctx.spec("preflight", ctx.artifacts, PREFLIGHT, ",".join(ctx.groups), args)
+    runs = {"preflight": GroupRun("preflight", spec)}
+    fleet = Fleet(runs, Scheduler(["preflight"]), prog, judge=default_judge(OK))
+    interrupts.fleet = fleet
+    if interrupts.count:
+        fleet.request_stop(interrupts.reason)
+    fleet.run()
+    interrupts.fleet = None
+    run = runs["preflight"]
+    failure = run.events.failure_view()
+    msg = None
+    if run.result == FAILED:
+        if failure and failure["failed_tasks"]:
+            msg = "; ".join("%s: %s" % (t["host"], t["msg"]) for t in failure["failed_tasks"])
+        else:
+            msg = (run.run_result.error if run.run_result else None) or runner_exec.stdout_tail(spec.stdout_path)
+    ctx.meta["preflight"] = {"result": run.result, "msg": msg, "artifacts_dir": spec.artifact_dir,
+                             "stdout": spec.stdout_path,
+                             "duration_s": round(run.finished - run.started, 3) if run.finished and run.started else None}
+    return run.result, msg
+
+
+def finish(ctx, entries, code):
+    ctx.meta["finished"] = time.time()
+    paths = write_report(ctx, entries, code)
+    print_summary(ctx, entries)
+    if paths:
+        print("Report: %s (Markdown: %s)" % paths)
+    print("Artifacts (each run's full Ansible output is <dir>/stdout): %s" % ctx.artifacts)
+    if paths is None and code == EXIT_OK:
+        return EXIT_FAILED
+    return code
+
+
+def print_summary(ctx, entries):
+    counts = report.totals(entries)
+    parts = ", ".join("%s %d" % (k.replace("_", " "), v) for k, v in counts.items() if k != "groups" and v)
+    print("")
+    print("%s: %d group(s): %s" % (ctx.subcommand, counts["groups"], parts or "none"))
+    if ctx.meta.get("stop_reason"):
+        print("Stopped early: %s" % ctx.meta["stop_reason"])
+    width = max([len(g) for g in entries] + [5])
+    for name, entry in entries.items():
+        line = "  %-*s %-11s" % (width, name, entry["result"])
+        if entry.get("failure"):
+            line += " " + entry["failure"]["summary"]
+        elif entry.get("tp_ranks"):
+            proof = entry["tp_ranks"]
+            line += " changed %d, image %s, ranks %s (world size %s)" % (
+                entry["changed"], report.short_image(entry.get("image_id")) or "-",
+                ", ".join("%s on %s" % (r["rank"], r["node"]) for r in proof["registered_ranks"]),
+                proof.get("world_size"))
+        elif entry.get("skip_reason"):
+            line += " " + entry["skip_reason"]
+        elif entry["result"] in (CONVERGED, OK):
+            line += " changed %d" % entry["changed"]
+        print(line)
+        if entry["result"] in (FAILED, CANCELLED) and entry.get("logs"):
+            print("  %-*s log: %s" % (width, "", entry["logs"]["stdout"]))
+
+
+def print_plan(entries):
+    for name, entry in entries.items():
+        changes = [(key, t) for key, phase in entry["phases"].items() for t in phase["changed_tasks"]]
+        print("")
+        print("%s: %s, %d task(s) would change" % (name, entry["result"], len(changes)))
+        for key, task in changes:
+            print("  %-14s %s (%s)" % (key, task["task"], ", ".join(task["hosts"])))
+
+
+def print_status(entries):
+    """One table: a row per member (its serve_status, or why there is none), serving on the head's row."""
+    header = ["group", "node", "rank", "container", "restarts", "image", "API models", "serving"]
+    rows = []
+    for name, entry in entries.items():
+        status = entry.get("status") or {"serving": None, "ranks": []}
+        serving = {True: "yes", False: "no", None: "unknown"}[status.get("serving")]
+        if entry["result"] == FAILED and status.get("serving") is None:
+            serving = "no"
+        noted = dict((r["host"], r) for r in status["ranks"])
+        failed = (entry.get("failure") or {}).get("failed_tasks") or []
+        unreachable = set(t["host"] for t in failed if t.get("unreachable"))
+        failed_hosts = set(t["host"] for t in failed)
+        for member in entry["members"]:
+            rank = noted.get(member["host"])
+            if rank is None:
+                state = ("unreachable" if member["host"] in unreachable else "failed" if member["host"] in failed_hosts
+                         else entry["result"] if entry["result"] in (CANCELLED, NOT_STARTED) else "unknown")
+                rank = {"host": member["host"], "rank": member["rank"], "state": state, "restarts": None,
+                        "image": None, "api_models": None}
+            models = rank["api_models"]
+            rows.append([name, rank["host"], "-" if rank["rank"] is None else str(rank["rank"]), rank["state"] or "-",
+                         "-" if rank["restarts"] is None else str(rank["restarts"]),
+                         report.short_image(rank["image"]) or "-",
+                         "-" if models is None else (", ".join(models) or "(none)"),
+                         serving if rank["rank"] == 0 else ""])
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    print("")
+    for row in [header] + rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def cmd_reprovision(ctx, interrupts, prog):
+    skips, skip_previous = {}, {}
+    if ctx.previous is not None:
+        decisions = resume.decide(ctx.previous, ctx.fingerprints)
+        for group, (skip, reason) in decisions.items():
+            if skip:
+                skips[group] = reason
+                before = ctx.previous["groups"][group]
+                skip_previous[group] = {"report": ctx.command["options"]["resume"], "result": before.get("result"),
+                                        "finished": before.get("finished"), "image_id": before.get("image_id")}
+            prog.message("%s: %s (%s)" % (group, "skip" if skip else "redo", reason))
+    to_run = [g for g in ctx.groups if g not in skips]
+    if to_run:
+        prog.message("validating the inventory once for %d group(s): %s" % (len(ctx.groups), PREFLIGHT))
+        result, msg = run_preflight(ctx, interrupts, prog)
+        if result != OK:
+            entries = group_entries(ctx, {}, skips, skip_previous)
+            if result == FAILED:
+                ctx.meta["stop_reason"] = "the global validation (%s) failed" % PREFLIGHT
+                ctx.meta["finished"] = time.time()
+                write_report(ctx, entries, EXIT_USAGE)
+                print("dspark-fleet: the global validation failed, nothing was changed:\n%s" % msg, file=sys.stderr)
+                print("Log: %s" % ctx.meta["preflight"]["stdout"], file=sys.stderr)
+                print("Report: %s" % ctx.report_path, file=sys.stderr)
+                return EXIT_USAGE
+            ctx.meta["stop_reason"] = interrupts.reason or "the global validation was %s" % result
+            ctx.meta["interrupted"] = bool(interrupts.count)
+            return finish(ctx, entries, EXIT_FAILED)
+    scheduler = Scheduler(to_run, parallel=ctx.args.parallel, canary=ctx.args.canary, max_failed=ctx.args.max_failed)
+    runs = run_groups(ctx, to_run, interrupts, prog, CONVERGED, PLAYBOOKS["reprovision"], scheduler, skips,
+                      skip_previous)
+    entries = group_entries(ctx, runs, skips, skip_previous)
+    return finish(ctx, entries, exit_code_for(entries))
+
+
+def cmd_plan(ctx, interrupts, prog):
+    scheduler = Scheduler(ctx.groups, parallel=ctx.args.parallel)
+    runs = run_groups(ctx, ctx.groups, interrupts, prog, OK, PLAYBOOKS["plan"], scheduler)
+    entries = group_entries(ctx, runs)
+    print_plan(entries)
+    return finish(ctx, entries, exit_code_for(entries))
+
+
+def cmd_status(ctx, interrupts, prog):
+    scheduler = Scheduler(ctx.groups, parallel=ctx.args.parallel)
+    runs = run_groups(ctx, ctx.groups, interrupts, prog, OK, PLAYBOOKS["status"], scheduler)
+    entries = group_entries(ctx, runs)
+    print_status(entries)
+    return finish(ctx, entries, exit_code_for(entries))
+
+
+COMMANDS = {"plan": cmd_plan, "reprovision": cmd_reprovision, "status": cmd_status}
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # usage errors (2), --help and --version (0)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        ctx = Context(args, argv)
+        ctx.prepare_artifacts()
+    except UsageError as exc:
+        print("dspark-fleet: error: %s" % exc, file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("dspark-fleet: interrupted before anything ran", file=sys.stderr)
+        return EXIT_FAILED
+    interrupts = Interrupts()
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous[signum] = signal.getsignal(signum)
+    interrupts.install()
+    prog = progress.make(sys.stderr, force_plain=args.plain)
+    prog.message("dspark-fleet %s: %d group(s) of %s; artifacts in %s" % (
+        ctx.subcommand, len(ctx.groups), ctx.inventory, ctx.artifacts))
+    try:
+        return COMMANDS[ctx.subcommand](ctx, interrupts, prog)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,158 @@
+"""The only module that calls ansible-runner: one ansible-playbook run per call, quiet, in its own artifact dir.
+
+Layout under the fleet's artifacts directory (see cli.py for the names):
+
+- ``.runner/``: ansible-runner's private data dir (only ``env/settings``: a 1 s poll so that a cancel takes
+  effect within about a second); nothing else is written there (``suppress_env_files``);
+- ``preflight/``, ``groups/<group>/``: each run's artifacts: ``stdout`` (the whole Ansible output), ``job_events/``, ``command``,
+  ``rc``, ``status``.
+
+The env of a run: the caller's, plus ANSIBLE_CONFIG of the project, the venv's bin first on PATH and
+the project's host key checking setting (ansible-runner would otherwise turn host key checking off).
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+
+import ansible_runner
+
+PRIVATE_DIR = ".runner"
+RUNNER_SETTINGS = {"pexpect_timeout": 1}
+
+
+@dataclass
+class RunSpec:
+    """One ansible-playbook run."""
+
+    ident: str                   # artifact dir name under `artifacts_dir`
+    playbook: str                # absolute path
+    inventory: str               # absolute path
+    project_dir: str             # cwd of ansible-playbook; its ansible.cfg is used
+    artifacts_dir: str           # the directory that holds this run's artifact dir
+    private_dir: str             # ansible-runner's private data dir (see prepare())
+    limit: str | None = None
+    args: list = field(default_factory=list)   # more ansible-playbook arguments (--check, --tags, -e ...)
+    envvars: dict = field(default_factory=dict)
+
+    @property
+    def artifact_dir(self):
+        return os.path.join(self.artifacts_dir, self.ident)
+
+    @property
+    def stdout_path(self):
+        return os.path.join(self.artifact_dir, "stdout")
+
+
+@dataclass
+class RunResult:
+    status: str                  # ansible-runner's: successful, failed, canceled, timeout; or error
+    rc: int | None
+    error: str | None = None     # why ansible-runner itself could not run the playbook
+
+
+def bin_dir():
+    """The directory of this Python's console scripts (the venv's bin), where ansible-playbook lives."""
+    return os.path.dirname(sys.executable)
+
+
+def tool(name):
+    """Path of an Ansible command next to this Python, or the bare name (found on PATH)."""
+    candidate = os.path.join(bin_dir(), name)
+    return candidate if os.access(candidate, os.X_OK) else name
+
+
+def host_key_checking(project_dir, environ):
+    """What ansible-playbook would use (env, else the project's ansible.cfg, else True) as a string."""
+    if "ANSIBLE_HOST_KEY_CHECKING" in environ:
+        return environ["ANSIBLE_HOST_KEY_CHECKING"]
+    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";", "#"))
+    try:
+        parser.read(os.path.join(project_dir, "ansible.cfg"))
+        value = parser.get("defaults", "host_key_checking", fallback=None)
+    except configparser.Error:
+        value = None
+    return value.strip() if value else "True"
+
+
+def ansible_env(project_dir, environ=None):
+    """Environment variables added to every Ansible command of the fleet."""
+    environ = os.environ if environ is None else environ
+    return {
+        "ANSIBLE_CONFIG": os.path.join(project_dir, "ansible.cfg"),
+        "PATH": bin_dir() + os.pathsep + environ.get("PATH", os.defpath),
+        "ANSIBLE_HOST_KEY_CHECKING": host_key_checking(project_dir, environ),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+
+
+def prepare(artifacts_root):
+    """Create the fleet's artifacts dir and ansible-runner's private data dir in it; returns the latter.
+
+    Mode 0700: a run's artifacts hold its command line (extra vars) and environment.
+    """
+    os.makedirs(artifacts_root, mode=0o700, exist_ok=True)
+    private = os.path.join(artifacts_root, PRIVATE_DIR)
+    os.makedirs(os.path.join(private, "env"), mode=0o700, exist_ok=True)
+    with open(os.path.join(private, "env", "settings"), "w", encoding="utf-8") as handle:
+        json.dump(RUNNER_SETTINGS, handle)
+    return private
+
+
+def run_playbook(spec, event_handler=None, cancel_callback=None):
+    """Run one playbook to its end (blocking); events go to `event_handler`, `cancel_callback` stops it."""
+    os.makedirs(spec.artifacts_dir, mode=0o700, exist_ok=True)
+
+    def keep(event):
+        if event_handler is not None:
+            event_handler(event)
+        return True
+
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=spec.private_dir,
+            artifact_dir=spec.artifacts_dir,
+            ident=spec.ident,
+            project_dir=spec.project_dir,
+            playbook=spec.playbook,
+            inventory=spec.inventory,
+            limit=spec.limit,
+            cmdline=shlex.join(spec.args) if spec.args else None,
+            envvars=dict(spec.envvars),
+            quiet=True,
+            suppress_env_files=True,
+            event_handler=keep,
+            cancel_callback=cancel_callback or (lambda: False),
+        )
+    except Exception as exc:  # pylint: disable=broad-except
+        return RunResult(status="error", rc=None, error="ansible-runner failed: %s: %s" % (type(exc).__name__, exc))
+    return RunResult(status=runner.status, rc=runner.rc)
+
+
+def vm_hwm_kib(pid):
+    """Peak resident memory (VmHWM, KiB) of a live process from /proc, or None (gone, or no /proc)."""
+    if not pid:
+        return None
+    try:
+        with open("/proc/%d/status" % int(pid), encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def stdout_tail(path, lines=15):
+    """The last lines of a run's stdout (for a failure without a failed task)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()[-20000:]
+    except OSError:
+        return ""
+    return "\n".join(line.rstrip() for line in text.strip().splitlines()[-lines:])
