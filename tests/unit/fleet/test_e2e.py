@@ -19,6 +19,26 @@ from dspark_fleet import cli, report
 jsonschema = pytest.importorskip("jsonschema")
 
 
+def alive_with_argument(text, wait=5.0):
+    """Whether a live, non-zombie process has `text` in its command line after up to `wait` seconds."""
+    deadline = time.time() + wait
+    while True:
+        found = False
+        for entry in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/cmdline" % entry, "rb") as handle:
+                    args = handle.read().decode(errors="replace").split("\0")
+                with open("/proc/%s/stat" % entry, encoding="ascii", errors="replace") as handle:
+                    state = handle.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if text in args and state != "Z":
+                found = True
+        if not found or time.time() >= deadline:
+            return found
+        time.sleep(0.2)
+
+
 def write_inventory(path, groups):
     """groups: {name: extra group vars}; two local hosts each (<name>-head rank 0, <name>-worker rank 1)."""
     children = {}
@@ -152,3 +172,5 @@ def test_sigint_cancels_and_writes_the_report(tmp_path, fake_project, venv_path)
     pid = json.loads((art / "groups" / "grp_slow" / "job_events" / sorted(
         os.listdir(art / "groups" / "grp_slow" / "job_events"))[0]).read_text())["pid"]
     assert not os.path.exists("/proc/%d" % pid) or "zombie" in open("/proc/%d/status" % pid).read().lower()
+    # ...and so are its workers (ansible-core's workers call setsid(): a killpg of the main process misses them).
+    assert not alive_with_argument(str(inv)), "an ansible-playbook process of the cancelled run is still alive"

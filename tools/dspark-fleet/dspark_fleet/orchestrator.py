@@ -174,6 +174,7 @@ class Fleet:
             with run.lock:
                 pid = run.events.pid
             if pid:
+                runner_exec.kill_tree(pid)
                 try:
                     os.killpg(os.getpgid(pid), signal.SIGKILL)
                 except OSError:

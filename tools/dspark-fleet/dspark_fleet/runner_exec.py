@@ -17,6 +17,7 @@ import configparser
 import json
 import os
 import shlex
+import signal
 import sys
 from dataclasses import dataclass, field
 
@@ -104,13 +105,58 @@ def prepare(artifacts_root):
     return private
 
 
+def descendants(pid, proc="/proc"):
+    """PIDs of every live descendant of `pid` (children first), read from /proc/<pid>/stat."""
+    parents = {}
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, entry, "stat"), encoding="ascii", errors="replace") as handle:
+                stat = handle.read()
+            # The command name may hold spaces and parentheses: the fields after the last ')' are fixed.
+            parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = [], [int(pid)]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found.extend(children)
+        frontier = children
+    return found
+
+
+def kill_tree(pid):
+    """SIGKILL the descendants of ansible-playbook's main process. ansible-core's workers call setsid(), so
+    ansible-runner's killpg() of the main process group misses them and a cancelled task would go on alone."""
+    for child in descendants(pid):
+        try:
+            os.kill(child, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def run_playbook(spec, event_handler=None, cancel_callback=None):
     """Run one playbook to its end (blocking); events go to `event_handler`, `cancel_callback` stops it."""
     os.makedirs(spec.artifacts_dir, mode=0o700, exist_ok=True)
+    main_pid = []
 
     def keep(event):
+        if not main_pid and event.get("pid"):
+            main_pid.append(event["pid"])
         if event_handler is not None:
             event_handler(event)
+        return True
+
+    def cancelled():
+        if not (cancel_callback is not None and cancel_callback()):
+            return False
+        if main_pid:
+            kill_tree(main_pid[0])
         return True
 
     try:
@@ -127,7 +173,7 @@ def run_playbook(spec, event_handler=None, cancel_callback=None):
             quiet=True,
             suppress_env_files=True,
             event_handler=keep,
-            cancel_callback=cancel_callback or (lambda: False),
+            cancel_callback=cancelled,
         )
     except Exception as exc:  # pylint: disable=broad-except
         return RunResult(status="error", rc=None, error="ansible-runner failed: %s: %s" % (type(exc).__name__, exc))
