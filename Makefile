@@ -2,19 +2,32 @@
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
-SCENARIOS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard molecule/*/molecule.yml)))))
+# Molecule scenarios of the collection (extensions/molecule/<name>/molecule.yml); `default` (a syntax check) first.
+ALL_SCENARIOS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard extensions/molecule/*/molecule.yml)))))
+SCENARIOS := $(filter default,$(ALL_SCENARIOS)) $(filter-out default,$(ALL_SCENARIOS))
+MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
+# The stages of `make test`, in order: each a target of this Makefile, run through tests/ci/stage.sh.
+TEST_STAGES := lint unit sanity build labtest fleettest $(MOLECULE_STAGES)
+# Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
+CI_LOGS := tests/output/ci
 
-.PHONY: venv lab lab-down lab-fleet lab-fleet-down site lint sanity unit labtest vmlabtest molecule test build bench
+.PHONY: venv prereqs-lab prereqs-test lab lab-down lab-fleet lab-fleet-down site lint sanity unit labtest vmlabtest molecule \
+	$(MOLECULE_STAGES) test build bench
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt
+	@bash tests/ci/prereqs.sh venv
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
 	touch $@
 
+# The system packages each entry point needs (Debian names), installed as root when missing; silent when present.
+prereqs-lab prereqs-test: prereqs-%:
+	@bash tests/ci/prereqs.sh $*
+
 # The lab pair, the SIMULATOR image archive the lab inventory distributes, and a FAKE checkpoint on the worker.
-lab: venv
+lab: prereqs-lab venv
 	bash lab/lab.sh up
 	bash lab/simulator/build.sh
 	mkdir -p .lab/images
@@ -77,7 +90,36 @@ molecule: venv
 	  PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/molecule test -s $$s || exit 1; \
 	done
 
+# One scenario: make molecule-preflight.
+$(MOLECULE_STAGES): molecule-%: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/molecule test -s $*
+
 bench: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH bash bench/run.sh
 
-test: lint unit sanity build labtest molecule
+# What CI runs (.ci/run): one line per stage with its result and time; on a failure the tail of its log, and stop.
+test: prereqs-test venv
+	@rm -rf $(CI_LOGS); echo "make test: $(words $(TEST_STAGES)) stages, whole output of each in $(CI_LOGS)/<stage>.log"
+	@start=$$(date +%s); for s in $(TEST_STAGES); do \
+	  CI_LOGS=$(CI_LOGS) bash tests/ci/stage.sh $$s $(MAKE) --no-print-directory $$s || exit 1; \
+	done; echo "make test: all $(words $(TEST_STAGES)) stages passed in $$(( $$(date +%s) - start )) s"
+
+# The router on the fleet lab (tests/fleet/test_router.py, about 10-15 min on 2 cores): needs `make lab-fleet`
+# and site.yml on it; skipped when the fleet lab is not up, unless DSPARK_LAB_REQUIRED=1.
+.PHONY: routertest
+routertest: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -v -s -p no:cacheprovider tests/fleet/test_router.py
+
+# The supervisor (dspark-fleet watch) on the fleet lab (tests/fleet/test_supervisor.py): needs `make lab-fleet` and
+# site.yml on it, and the lab to itself; skipped when the fleet lab is not up, unless DSPARK_LAB_REQUIRED=1.
+.PHONY: supervisortest
+supervisortest: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -v -s -p no:cacheprovider tests/fleet/test_supervisor.py
+
+# Every fleet-lab suite (tests/fleet: fleet driver, then router, then supervisor, in file order) on ONE fleet lab
+# brought up here and taken down afterwards; the first suite converges it with dspark-fleet.
+.PHONY: fleettest
+fleettest: prereqs-lab venv
+	$(MAKE) --no-print-directory lab-fleet
+	DSPARK_LAB_REQUIRED=1 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -v -p no:cacheprovider tests/fleet; rc=$$?; \
+	  bash lab/lab.sh down -i $(LAB_FLEET); exit $$rc

@@ -1,4 +1,4 @@
-"""Fixtures shared by the scenario verifiers (molecule/*/tests)."""
+"""Fixtures shared by the scenario verifiers (extensions/molecule/*/tests)."""
 
 import os
 import sys

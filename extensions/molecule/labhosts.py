@@ -1,7 +1,7 @@
 """The lab nodes as testinfra hosts over plain SSH, for the scenario verifiers.
 
 The lab inventory spells its key path as a template, which testinfra's ansible backend does not render;
-here the path comes from DSPARK_LAB_STATE (set by .config/molecule/config.yml) and the ports from the
+here the path comes from DSPARK_LAB_STATE (set by extensions/molecule/config.yml) and the ports from the
 inventory, so the checks never depend on a reused SSH session.
 """
 
@@ -11,7 +11,7 @@ import pathlib
 import testinfra
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 LAB_INVENTORY = ROOT / "inventories" / "lab" / "hosts.yml"
 LAB_STATE = pathlib.Path(os.environ.get("DSPARK_LAB_STATE", ROOT / ".lab"))
 PAIR = yaml.safe_load(LAB_INVENTORY.read_text())["all"]["children"]["dspark"]["children"]["lab_pair"]

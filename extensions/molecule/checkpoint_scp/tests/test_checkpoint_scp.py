@@ -13,7 +13,7 @@ import time
 import yaml
 from labhosts import lab_node
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 LAB = ROOT / "inventories" / "lab"
 FACTS = yaml.safe_load((LAB / "group_vars" / "dspark.yml").read_text())
 MODEL, REVISION, CACHE = FACTS["dspark_model"], FACTS["dspark_model_revision"], FACTS["dspark_hf_cache"]

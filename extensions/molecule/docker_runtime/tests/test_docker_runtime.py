@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from labhosts import lab_node
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 INVENTORY = ROOT / "inventories" / "lab" / "hosts.yml"
 # The scenario's converge playbook: the role with the same variables as the converge step.
 PLAYBOOK = pathlib.Path(__file__).resolve().parents[1] / "converge.yml"

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 LAB = ROOT / "inventories" / "lab"
 PLAYBOOK = ROOT / "playbooks" / "preflight.yml"
 PAIR = ("all", "children", "dspark", "children", "lab_pair")

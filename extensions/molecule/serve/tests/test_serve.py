@@ -11,7 +11,7 @@ import pytest
 import yaml
 from labhosts import lab_node
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 LAB = ROOT / "inventories" / "lab"
 NODES = ("spark-head", "spark-worker")
 

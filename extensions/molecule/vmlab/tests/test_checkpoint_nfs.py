@@ -17,7 +17,7 @@ import pytest
 import testinfra
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 VMLAB = ROOT / "inventories" / "vmlab"
 LAB_STATE = pathlib.Path(os.environ.get("DSPARK_LAB_STATE", ROOT / ".lab"))
 KEY = LAB_STATE / "id_ed25519"

@@ -20,7 +20,7 @@ import pytest
 import testinfra
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 VMLAB = ROOT / "inventories" / "vmlab"
 PLAYBOOK = ROOT / "playbooks" / "fabric.yml"
 PAIR_PATH = ("all", "children", "dspark", "children", "vm_pair")

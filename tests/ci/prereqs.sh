@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The system packages (Debian/Ubuntu names) that `make lab` and `make test` need, installed when missing.
+# Usage: prereqs.sh venv|lab|test
+#   venv  python3 with venv (the controller's virtual environment)
+#   lab   venv + the Docker engine and CLI (docker.io; docker-cli too where the distribution splits it out,
+#         e.g. Debian 13), debootstrap (the node image), OpenSSH client, rsync
+#   test  lab + git and shellcheck (sanity), make, QEMU (the vmlab scenario)
+# Only commands are checked, so a provisioned machine does no apt work and this prints nothing. As root, the
+# missing packages are installed with apt-get; otherwise it stops with the exact command to run.
+# Starting dockerd when no engine answers is lab/lab.sh's job, not this script's.
+set -euo pipefail
+
+profile=${1:-}
+case $profile in
+  venv | lab | test) ;;
+  *)
+    echo "usage: prereqs.sh venv|lab|test" >&2
+    exit 2
+    ;;
+esac
+
+# Where commands are looked for: PATH and the sbin directories (dockerd and debootstrap live in /usr/sbin,
+# often outside a user's PATH). PREREQS_PATH replaces it (the unit tests).
+search_path=${PREREQS_PATH:-$PATH:/usr/local/sbin:/usr/sbin:/sbin}
+
+missing=()
+
+found() { PATH=$search_path command -v "$1" >/dev/null 2>&1; }
+
+add() {
+  local p
+  for p in "${missing[@]}"; do [[ $p == "$1" ]] && return 0; done
+  missing+=("$1")
+}
+
+# need PACKAGE COMMAND...: PACKAGE is missing when one of its COMMANDs is not found.
+need() {
+  local pkg=$1 cmd
+  shift
+  for cmd; do found "$cmd" || { add "$pkg"; return 0; }; done
+}
+
+# Debian 13 moved the docker command out of docker.io into docker-cli (only recommended by docker.io).
+docker_cli_package() {
+  if found apt-cache && PATH=$search_path apt-cache show docker-cli >/dev/null 2>&1; then
+    echo docker-cli
+  else
+    echo docker.io
+  fi
+}
+
+check() {
+  missing=()
+  if found python3; then
+    # Debian ships venv without ensurepip: `python3 -m venv` fails until python3-venv is installed.
+    PATH=$search_path python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || add python3-venv
+  else
+    add python3 && add python3-venv
+  fi
+  [[ $profile == venv ]] && return 0
+  # A Docker CLI alone will do while an engine answers; otherwise lab/lab.sh starts dockerd.
+  if ! found docker || ! PATH=$search_path docker info >/dev/null 2>&1; then need docker.io dockerd; fi
+  found docker || add "$(docker_cli_package)"
+  need debootstrap debootstrap
+  need openssh-client ssh ssh-keygen
+  need rsync rsync
+  [[ $profile == lab ]] && return 0
+  need git git
+  need shellcheck shellcheck
+  need make make
+  need qemu-system-x86 qemu-system-x86_64
+  need qemu-utils qemu-img
+}
+
+check
+((${#missing[@]} == 0)) && exit 0
+
+what="make $profile"
+[[ $profile == venv ]] && what="the virtual environment"
+uid=$(PATH=$search_path id -u)
+if [[ $uid != 0 ]]; then
+  {
+    echo "prereqs: $what needs these packages: ${missing[*]}"
+    if found apt-get; then
+      echo "prereqs: install them as root, then run make again:"
+      echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}"
+      echo "prereqs: or let this script pick the names from fresh package lists: sudo bash $0 $profile"
+    else
+      echo "prereqs: no apt-get here: install their equivalents (Debian names above) as root, then run make again."
+    fi
+  } >&2
+  exit 1
+fi
+found apt-get || {
+  echo "prereqs: $what needs these packages: ${missing[*]} (Debian names); no apt-get here: install them first." >&2
+  exit 1
+}
+
+start=$SECONDS
+export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
+PATH=$search_path apt-get update -qq
+check # again: only the fresh package lists tell whether docker-cli exists
+echo "prereqs: installing ${missing[*]} (apt-get, for $what)"
+PATH=$search_path apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+installed=("${missing[@]}")
+check
+if ((${#missing[@]})); then
+  echo "prereqs: still missing after apt-get install: ${missing[*]}" >&2
+  exit 1
+fi
+echo "prereqs: installed ${installed[*]} in $((SECONDS - start)) s"

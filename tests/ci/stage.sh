@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One stage of `make test`: the command's whole output goes to $CI_LOGS/NAME.log (default tests/output/ci,
+# which git and the collection build ignore) and one line tells the stage's result and time. On failure the
+# last $CI_TAIL lines (default 40) of the log follow and the exit status is the command's.
+# Usage: stage.sh NAME COMMAND [ARG...]
+set -uo pipefail
+
+if (($# < 2)); then
+  echo "usage: stage.sh NAME COMMAND [ARG...]" >&2
+  exit 2
+fi
+name=$1
+shift
+logs=${CI_LOGS:-tests/output/ci}
+lines=${CI_TAIL:-40}
+mkdir -p "$logs" || exit 1
+log=$logs/$name.log
+# Plain text in the log (Molecule, ansible-lint and pytest colour their output when TERM says xterm).
+export NO_COLOR=1
+
+printf '%-26s ' "$name"
+start=$SECONDS
+{
+  echo "# stage $name: $* (started $(date '+%F %T'))"
+  "$@" </dev/null
+} >"$log" 2>&1
+rc=$?
+secs=$((SECONDS - start))
+if ((rc == 0)); then
+  printf 'ok    %5d s\n' "$secs"
+  exit 0
+fi
+printf 'FAIL  %5d s  (exit %d), whole output in %s; its last %d lines:\n' "$secs" "$rc" "$log" "$lines"
+tail -n "$lines" "$log" | sed 's/^/  | /'
+exit "$rc"

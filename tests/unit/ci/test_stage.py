@@ -1,0 +1,39 @@
+"""tests/ci/stage.sh: one line per stage, the whole output in its log, the log's tail and the status on failure."""
+
+import pathlib
+import re
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "tests" / "ci" / "stage.sh"
+
+
+def stage(tmp_path, name, command, tail="40"):
+    env = {"PATH": "/usr/bin:/bin", "CI_LOGS": str(tmp_path / "logs"), "CI_TAIL": tail}
+    return subprocess.run(["bash", str(SCRIPT), name, "bash", "-c", command], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_a_passing_stage_prints_one_line_and_logs_everything(tmp_path):
+    result = stage(tmp_path, "lint", "echo out; echo err >&2")
+    assert result.returncode == 0
+    assert re.fullmatch(r"lint +ok +\d+ s\n", result.stdout)
+    log = (tmp_path / "logs" / "lint.log").read_text()
+    assert log.startswith("# stage lint: bash -c ")
+    assert log.endswith("out\nerr\n")
+
+
+def test_a_failing_stage_keeps_its_status_and_prints_the_tail_of_its_log(tmp_path):
+    result = stage(tmp_path, "unit", "for i in $(seq 1 30); do echo line $i; done; exit 3", tail="5")
+    assert result.returncode == 3
+    head, *tail = result.stdout.splitlines()
+    assert re.match(r"unit +FAIL +\d+ s  \(exit 3\), whole output in .*/logs/unit\.log", head)
+    assert tail == ["  | line %d" % i for i in range(26, 31)]
+
+
+def test_a_stage_reads_no_input(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "CI_LOGS": str(tmp_path)}
+    result = subprocess.run(["bash", str(SCRIPT), "quiet", "cat"], input="never read\n", capture_output=True,
+                            text=True, timeout=60, check=False, env=env)
+    assert result.returncode == 0
+    assert "never read" not in (tmp_path / "quiet.log").read_text()
