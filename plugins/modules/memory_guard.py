@@ -11,10 +11,10 @@ module: memory_guard
 short_description: Wait until a node's memory is free enough to start its rank, or say that it needs a reboot
 version_added: 0.2.0
 description:
-  - Reads C(/proc/meminfo) and compares C(MemAvailable) with what the rank needs: O(need_mib) when positive,
+  - Reads C(/proc/meminfo) and compares C(MemAvailable) with what the rank needs, O(need_mib) when positive,
     otherwise O(fraction) of C(MemTotal) (on a DGX Spark, vLLM's C(gpu_memory_utilization) of the unified memory).
   - Polls for up to O(wait) seconds, since a stopped engine releases its memory over a few seconds. When the memory
-    is still taken, it fails with a message that says the node needs a reboot: restarting the group would only loop.
+    is still taken, it fails with a message that says the node needs a reboot, since restarting the group would only loop.
   - Never changes anything.
 author:
   - dspark.cluster contributors (@dspark)

@@ -14,7 +14,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from . import __version__, fingerprint, inventory, progress, report, resume, runner_exec
+from . import __version__, fingerprint, inventory, locks, progress, report, resume, runner_exec, watch
 from .orchestrator import Fleet, GroupRun, default_judge
 from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED, OK, RUNNING, SKIPPED, SUCCESS, Scheduler
 
@@ -22,7 +22,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-PLAYBOOKS = {"plan": "site.yml", "reprovision": "site.yml", "status": "playbooks/status.yml"}
+PLAYBOOKS = {"plan": "site.yml", "reprovision": "site.yml", "status": "playbooks/status.yml",
+             "watch": watch.VERIFY}
 PREFLIGHT = "playbooks/preflight.yml"
 # JSON, not key=value: `-e key=false` is the string "false", which ansible-core 2.19 refuses as a conditional.
 PREFLIGHT_VARS = '{"preflight_check_reachability": false}'
@@ -64,6 +65,9 @@ def build_parser():
     common.add_argument("--project-dir", metavar="DIR",
                         help="the collection checkout with site.yml and ansible.cfg (default: this tool's repository)")
     common.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+    common.add_argument("--state-dir", metavar="DIR",
+                        help="the per-group lock files (DIR/locks/) and the supervisor's journal "
+                             "(default $%s, else %s)" % (locks.STATE_DIR_ENV, locks.DEFAULT_STATE_DIR))
 
     parser = argparse.ArgumentParser(
         prog="dspark-fleet", allow_abbrev=False,
@@ -72,7 +76,7 @@ def build_parser():
         epilog="Exit codes: 0 all converged/ok, 1 a group failed, was cancelled or did not start, "
                "2 bad usage or bad input.")
     parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
-    sub = parser.add_subparsers(dest="subcommand", metavar="{plan,reprovision,status}")
+    sub = parser.add_subparsers(dest="subcommand", metavar="{plan,reprovision,status,watch}")
     sub.required = True
 
     plan = sub.add_parser("plan", parents=[common], allow_abbrev=False,
@@ -89,9 +93,38 @@ def build_parser():
     rep.add_argument("--resume", metavar="REPORT",
                      help="skip groups that converged in REPORT with the same inputs fingerprint; redo the rest")
 
-    sub.add_parser("status", parents=[common], allow_abbrev=False,
-                   help="playbooks/status.yml per group: every rank's container, image and the API, as one table")
+    stat = sub.add_parser("status", parents=[common], allow_abbrev=False,
+                          help="playbooks/status.yml per group: every rank's container, image and the API, as one "
+                               "table (and the supervisor's journal when there is one)")
+    stat.add_argument("--journal", metavar="PATH", help="the supervisor's journal (default <state dir>/journal.jsonl)")
+    add_watch_parser(sub, common)
     return parser
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number" % text) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("%s is not above 0" % text)
+    return value
+
+
+def add_watch_parser(sub, common):
+    wat = sub.add_parser("watch", parents=[common], allow_abbrev=False,
+                         help="the supervisor: check every group (playbooks/verify.yml) each round; restart a broken "
+                              "group as one unit, with backoff and a cap; journal every action")
+    wat.add_argument("--interval", type=_positive_float, default=60.0, metavar="S", help="seconds between rounds (60)")
+    wat.add_argument("--once", action="store_true", help="one round, then exit (0: every group serves)")
+    wat.add_argument("--rounds", type=_int_at_least(0), default=0, metavar="N", help="stop after N rounds (0: never)")
+    wat.add_argument("--max-restarts", type=_int_at_least(0), default=3, metavar="N",
+                     help="restarts of a group within --window before it is marked failed (3)")
+    wat.add_argument("--window", type=_positive_float, default=6.0, metavar="H", help="the cap's window in hours (6)")
+    wat.add_argument("--backoff-base", type=_positive_float, default=30.0, metavar="S",
+                     help="wait S, 2S, 4S ... after each restart that did not keep the group serving (30)")
+    wat.add_argument("--backoff-max", type=_positive_float, default=3600.0, metavar="S", help="the longest wait (3600)")
+    wat.add_argument("--journal", metavar="PATH", help="JSON-lines journal (default <state dir>/journal.jsonl)")
 
 
 def redacted_argv(argv):
@@ -171,7 +204,7 @@ class Context:
         self.fingerprints = dict(
             (g, fingerprint.group_fingerprint(g, self.inv.member_vars(g), self.extra_digest, self.tags, self.code))
             for g in self.groups)
-        artifacts = args.artifacts or os.path.join(".dspark-fleet", utc_stamp(self.started))
+        artifacts = args.artifacts or os.path.join(locks.state_dir(args.state_dir), utc_stamp(self.started))
         self.artifacts = os.path.abspath(artifacts)
         if os.path.isdir(self.artifacts) and os.listdir(self.artifacts):
             raise UsageError("the artifacts directory %s is not empty: choose another --artifacts" % self.artifacts)
@@ -315,7 +348,8 @@ def write_report(ctx, entries, exit_code, complete=True, quiet=False):
 # --------------------------------------------------------------------------- running
 
 
-def run_groups(ctx, groups, interrupts, prog, success, playbook, scheduler, skips=None, skip_previous=None):
+def run_groups(ctx, groups, interrupts, prog, success, playbook, scheduler, skips=None, skip_previous=None,
+               runner=None):
     """One run per group through `scheduler`; interim reports after each group."""
     folder = os.path.join(ctx.artifacts, "groups")
     runs = dict((g, GroupRun(g, ctx.spec(g, folder, playbook, g, ctx.playbook_args()))) for g in groups)
@@ -327,7 +361,7 @@ def run_groups(ctx, groups, interrupts, prog, success, playbook, scheduler, skip
         ctx.meta["stop_reason"] = stop_reason(fleet)
         write_report(ctx, group_entries(ctx, runs, skips, skip_previous), None, complete=False, quiet=True)
 
-    fleet = Fleet(runs, scheduler, prog, judge=default_judge(success), on_finish=interim)
+    fleet = Fleet(runs, scheduler, prog, judge=default_judge(success), on_finish=interim, runner=runner)
     interrupts.fleet = fleet
     if interrupts.count:
         fleet.request_stop(interrupts.reason)
@@ -475,8 +509,12 @@ def cmd_reprovision(ctx, interrupts, prog):
             ctx.meta["interrupted"] = bool(interrupts.count)
             return finish(ctx, entries, EXIT_FAILED)
     scheduler = Scheduler(to_run, parallel=ctx.args.parallel, canary=ctx.args.canary, max_failed=ctx.args.max_failed)
+    # Each group's run holds the group's lock (shared with `watch`), waiting while the supervisor holds it.
+    guarded = locks.locked_runner(locks.state_dir(ctx.args.state_dir), runner_exec.run_playbook, "reprovision",
+                                  on_wait=lambda g, h: prog.message("%s: waiting for its lock (%s)" % (
+                                      g, locks.describe(h))))
     runs = run_groups(ctx, to_run, interrupts, prog, CONVERGED, PLAYBOOKS["reprovision"], scheduler, skips,
-                      skip_previous)
+                      skip_previous, runner=guarded)
     entries = group_entries(ctx, runs, skips, skip_previous)
     return finish(ctx, entries, exit_code_for(entries))
 
@@ -494,10 +532,16 @@ def cmd_status(ctx, interrupts, prog):
     runs = run_groups(ctx, ctx.groups, interrupts, prog, OK, PLAYBOOKS["status"], scheduler)
     entries = group_entries(ctx, runs)
     print_status(entries)
+    watch.print_journal_summary(ctx.groups, ctx.args.journal or watch.journal_mod.default_path(
+        locks.state_dir(ctx.args.state_dir)))
     return finish(ctx, entries, exit_code_for(entries))
 
 
-COMMANDS = {"plan": cmd_plan, "reprovision": cmd_reprovision, "status": cmd_status}
+def cmd_watch(ctx, interrupts, prog):
+    return watch.run(ctx, ctx.args, interrupts, prog)
+
+
+COMMANDS = {"plan": cmd_plan, "reprovision": cmd_reprovision, "status": cmd_status, "watch": cmd_watch}
 
 
 def main(argv=None):

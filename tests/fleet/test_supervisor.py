@@ -1,0 +1,126 @@
+"""The supervisor (`dspark-fleet watch`) on the SIMULATED fleet lab: a killed rank, a rank that crashes on every
+start, a rebooted node, and a group held by a reprovision. The serving image is the lab SIMULATOR, not vLLM.
+
+Needs the fleet lab up and serving (`make lab-fleet`, then site.yml); the lab is shared: run it alone
+(`make supervisortest`). Every test leaves its group serving again (serve.yml --limit <group>).
+"""
+
+import json
+import time
+
+import pytest
+
+from supervisorlab import (INVENTORY, chat, docker, fabric_name_after_reboot, faulty_inventory, journal, kill_rank, node_docker_up,
+                           rank_state, run_fleet, serve_playbook, start_fleet, wait_for)
+
+GROUP = "pair_b"
+WORKER = "spark-b1"
+WORKER_FABRIC_ADDRESS = "192.168.102.2"
+# What a recovery may take on the 2-core lab machine: a check (~15 s), the logs (~10 s), a restart (~60 s).
+RECOVERY_BOUND_S = 240
+
+
+@pytest.fixture
+def state(tmp_path):
+    """A fresh state dir (locks + journal) per test."""
+    return tmp_path / "state"
+
+
+def watch(state, *args, inventory=INVENTORY, timeout=1500):
+    return run_fleet("watch", "-i", inventory, "--groups", GROUP, "--plain", "--state-dir", state,
+                     "--artifacts", state / ("watch-%d" % time.time_ns()), *args, timeout=timeout)
+
+
+def restore(group=GROUP):
+    rc, out = serve_playbook("--limit", group)
+    assert rc == 0, out[-3000:]
+
+
+def actions(state, group=GROUP):
+    return [r for r in journal(state / "journal.jsonl") if r.get("group") == group]
+
+
+def test_a_killed_worker_rank_is_restored_by_watch(state):
+    ok, text = chat(GROUP)
+    if not ok:
+        restore()
+    rc, out = kill_rank(WORKER)
+    assert rc == 0, out
+    died = time.monotonic()
+    rc, out = watch(state, "--once")
+    took = time.monotonic() - died
+    print("\nkilled rank -> serving again (watch --once): %.1f s" % took)
+    assert rc == 0, out[-4000:]
+    assert took < RECOVERY_BOUND_S
+    records = actions(state)
+    assert [r["action"] for r in records] == ["check", "logs", "restart"], records
+    check, logs, restart = records
+    assert check["ok"] is False and check["summary"], check
+    assert WORKER in json.dumps(check), check                    # the journal says which rank broke it
+    assert logs["ok"] and restart["ok"] and restart["attempt"] == 1 and restart["because"] == check["summary"]
+    assert rank_state(WORKER)[0] == "running"
+    ok, text = chat(GROUP)
+    assert ok, text
+
+
+def test_a_rank_that_crashes_on_every_start_stops_at_the_cap(state, tmp_path):
+    bad = faulty_inventory(tmp_path, WORKER, {"DSPARK_SIM_CRASH_AFTER": "2"})
+    try:
+        kill_rank(WORKER)
+        rc, out = watch(state, "--rounds", "4", "--interval", "1", "--max-restarts", "2", "--backoff-base", "1",
+                        inventory=bad)
+        assert rc == 1, out[-4000:]
+        seq = [r["action"] for r in actions(state)]
+        assert seq.count("restart") == 2, seq
+        assert "give_up" in seq and seq.index("give_up") > max(i for i, a in enumerate(seq) if a == "restart"), seq
+        assert seq[-1] in ("give_up", "failed"), seq
+        give_up = [r for r in actions(state) if r["action"] == "give_up"][0]
+        assert "cap 2" in give_up["reason"], give_up
+        assert all(not r["ok"] for r in actions(state) if r["action"] == "restart")
+        # the status table shows the group failed, with its restarts, from the journal
+        rc, out = run_fleet("status", "-i", INVENTORY, "--groups", GROUP, "--plain", "--state-dir", state,
+                            "--artifacts", state / "status")
+        assert "Supervisor journal" in out and "FAILED: 2 restart(s)" in out, out[-3000:]
+    finally:
+        restore()
+
+
+def test_a_rebooted_node_does_not_start_its_rank_alone(state):
+    rc, out = docker("restart", WORKER, timeout=300)
+    assert rc == 0, out
+    assert wait_for(lambda: node_docker_up(WORKER), 180, 2), "the node's docker did not come back"
+    time.sleep(5)
+    assert rank_state(WORKER)[0] in ("exited", "absent", "created"), rank_state(WORKER)  # restart: "no"
+    # LAB ONLY: the restarted container's fabric NIC is eth1 again (a real node keeps its udev name).
+    rc, out = fabric_name_after_reboot(WORKER, WORKER_FABRIC_ADDRESS)
+    assert rc == 0, out
+    assert rank_state(WORKER)[0] != "running"
+    rc, out = watch(state, "--once")
+    assert rc == 0, out[-4000:]
+    assert [r["action"] for r in actions(state)] == ["check", "logs", "restart"]
+    assert rank_state(WORKER)[0] == "running"
+    ok, text = chat(GROUP)
+    assert ok, text
+
+
+def test_watch_leaves_a_group_alone_while_a_reprovision_holds_it(state, tmp_path):
+    lock_file = state / "locks" / (GROUP + ".lock")
+    proc = start_fleet("reprovision", "-i", INVENTORY, "--groups", GROUP, "--plain", "--state-dir", state,
+                       "--artifacts", tmp_path / "reprovision", log=tmp_path / "reprovision.log")
+    try:
+        held = wait_for(lambda: lock_file.exists() and '"reprovision"' in lock_file.read_text(), 600, 0.5)
+        assert held, (tmp_path / "reprovision.log").read_text()[-3000:]
+        rc, out = watch(state, "--once")
+        still = lock_file.read_text()
+        assert rc == 1, out[-3000:]
+        records = actions(state)
+        assert [r["action"] for r in records] == ["locked"], records
+        assert records[0]["holder"]["purpose"] == "reprovision" and records[0]["holder"]["pid"] == proc.pid
+        assert '"reprovision"' in still                   # the reprovision still held it when watch was done
+    finally:
+        proc.wait(timeout=1500)
+    assert proc.returncode == 0, (tmp_path / "reprovision.log").read_text()[-3000:]
+    rc, out = watch(state, "--once")
+    assert rc == 0, out[-4000:]
+    ok, text = chat(GROUP)
+    assert ok, text

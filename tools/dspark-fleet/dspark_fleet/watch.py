@@ -1,0 +1,342 @@
+"""`dspark-fleet watch`: the supervisor. Every round, per serving group (one ansible-runner run each):
+
+1. take the group's lock (locks.py; held by `reprovision` while it runs the group): if it is held, journal
+   `locked` and leave the group alone this round;
+2. check it with playbooks/verify.yml (dspark.cluster.tp_ranks with a short timeout: every rank registered,
+   the API generates, no wedge; nothing is started or stopped);
+3. when it is broken, `decide()` (pure) says what to do from the journal's history of the group: restart now,
+   wait (exponential backoff), give up (the cap: at most N restarts in a window), or nothing (already failed);
+4. a restart first collects every rank's logs (playbooks/logs.yml --limit <group>), then restarts the group
+   as one unit by the normal start path (playbooks/serve.yml --limit <group> -e serve_force_restart=true);
+   a start that fails with the memory guard's "needs a reboot" is never retried.
+
+Every action goes to the journal (journal.py); the state of each group is rebuilt from the journal at start,
+so a restarted service keeps counting restarts and backoff.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+
+from . import journal as journal_mod
+from . import locks, runner_exec
+from .events import GroupEvents
+
+VERIFY = "playbooks/verify.yml"
+SERVE = "playbooks/serve.yml"
+LOGS = "playbooks/logs.yml"
+FORCE_RESTART = '{"serve_force_restart": true}'
+NEEDS_REBOOT = "needs a reboot"
+
+OK, RESTART, BACKOFF, GIVE_UP, FAILED, RECOVERED = "ok", "restart", "backoff", "give_up", "failed", "recovered"
+
+
+@dataclass
+class Policy:
+    max_restarts: int = 3
+    window_s: float = 6 * 3600.0
+    backoff_base_s: float = 30.0
+    backoff_max_s: float = 3600.0
+
+
+# --------------------------------------------------------------------------- pure decisions
+
+
+def restarts_in_window(restarts, now, window_s):
+    return [t for t in restarts if t is not None and now - t < window_s]
+
+
+def backoff_delay(attempts, policy):
+    """Seconds to wait after the `attempts`-th restart (since the group last served) before the next one."""
+    if attempts <= 0:
+        return 0.0
+    return min(policy.backoff_max_s, policy.backoff_base_s * (2 ** (attempts - 1)))
+
+
+def decide(check_ok, state, now, policy):
+    """(action, detail) for one group after a check; `state` is journal.new_state()/fold()'s.
+
+    ok / recovered when the check passed; failed when the group is marked failed (no restart until it serves
+    again, e.g. after a reprovision); give_up when the cap is reached; backoff until the next restart is due;
+    restart otherwise.
+    """
+    if check_ok:
+        return (RECOVERED, "serves again") if state.get("failed") else (OK, None)
+    if state.get("failed"):
+        return FAILED, state["failed"].get("reason")
+    recent = restarts_in_window(state.get("restarts") or [], now, policy.window_s)
+    if len(recent) >= policy.max_restarts:
+        return GIVE_UP, "%d restart(s) in the last %s (cap %d) did not bring it back" % (
+            len(recent), hours(policy.window_s), policy.max_restarts)
+    attempts = state.get("attempts") or 0
+    if attempts and state.get("restarts"):
+        due = state["restarts"][-1] + backoff_delay(attempts, policy)
+        if now < due:
+            return BACKOFF, due
+    return RESTART, len(recent) + 1
+
+
+def hours(seconds):
+    value = seconds / 3600.0
+    return ("%g h" % round(value, 2)) if value >= 1 else "%g s" % round(seconds, 1)
+
+
+def needs_reboot(summary, failures):
+    texts = [summary or ""] + [t.get("msg") or "" for t in (failures or [])]
+    return any(NEEDS_REBOOT in text for text in texts)
+
+
+def judge_run(run_result, events):
+    """One playbook run -> {ok, summary, diagnosis, failed_tasks}."""
+    failure = events.failure_view()
+    status = run_result.status if run_result else "error"
+    proof = events.tp_ranks
+    # A rescued failure (verify.yml's status assert) does not decide: tp_ranks' proof does.
+    standing = [t for t in (failure or {}).get("failed_tasks", []) if not t.get("rescued")]
+    tp_failed = bool(failure and failure.get("tp_ranks"))
+    ok = status == "successful" and not standing and not tp_failed and (proof is None or proof.get("ok"))
+    out = {"ok": bool(ok), "summary": None, "diagnosis": None, "failed_tasks": []}
+    if ok:
+        return out
+    if failure:
+        out["summary"] = failure["summary"]
+        out["failed_tasks"] = [dict((k, t.get(k)) for k in ("task", "host", "msg", "unreachable"))
+                               for t in failure["failed_tasks"] if not t.get("rescued")]
+        if failure.get("tp_ranks"):
+            out["diagnosis"] = failure["tp_ranks"].get("diagnosis")
+    else:
+        out["summary"] = (run_result.error if run_result and run_result.error else
+                          "ansible-playbook ended with status %s (rc %s)" % (status, run_result.rc if run_result else None))
+    return out
+
+
+# --------------------------------------------------------------------------- the supervisor
+
+
+class Stopper:
+    """What the CLI's signal handler drives (it calls request_stop / request_abandon)."""
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.stop_reason = None
+
+    def request_stop(self, reason="interrupted"):
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.event.set()
+
+    def request_abandon(self):
+        self.request_stop()
+
+
+class Watch:
+    def __init__(self, ctx, policy, journal, state_dir, say, runner=None, clock=time.time, keep_ok=False):
+        self.ctx = ctx
+        self.policy = policy
+        self.journal = journal
+        self.state_dir = state_dir
+        self.say = say
+        self.runner = runner or runner_exec.run_playbook
+        self.clock = clock
+        self.keep_ok = keep_ok
+        self.stopper = Stopper()
+        self.states = journal_mod.summarize(journal.read(), ctx.groups)
+        self.health = {}          # group -> "ok" | "broken" | "failed" | "locked" after the last round
+        self.lock = threading.Lock()
+
+    def state(self, group):
+        with self.lock:
+            return self.states.setdefault(group, journal_mod.new_state())
+
+    def record(self, action, group=None, **fields):
+        record = self.journal.write(action, group, **fields)
+        if group is not None:
+            with self.lock:
+                journal_mod.fold(self.states.setdefault(group, journal_mod.new_state()), record)
+        return record
+
+    def play(self, group, folder, ident, playbook, extra):
+        args = []
+        for value in self.ctx.args.extra_vars:
+            args += ["-e", value]
+        args += extra
+        spec = self.ctx.spec(ident, folder, playbook, group, args)
+        events = GroupEvents()
+        result = self.runner(spec, event_handler=events.feed, cancel_callback=self.stopper.event.is_set)
+        return judge_run(result, events), spec
+
+    def round(self, number):
+        groups = list(self.ctx.groups)
+        workers = max(1, min(self.ctx.args.parallel, len(groups)))
+        if workers == 1:
+            for group in groups:
+                if self.stopper.event.is_set():
+                    break
+                self.group(group, number)
+            return
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(lambda g: self.group(g, number), groups))
+
+    def group(self, group, number):
+        if self.stopper.event.is_set():
+            return
+        lock = locks.GroupLock(self.state_dir, group, "watch")
+        if not lock.acquire():
+            holder = lock.holder()
+            self.record("locked", group, holder=holder)
+            self.say("%s: locked by %s: left alone this round" % (group, locks.describe(holder)))
+            self.health[group] = "locked"
+            return
+        try:
+            self._group(group, number)
+        except Exception as exc:  # pylint: disable=broad-except
+            self.record("error", group, msg="%s: %s" % (type(exc).__name__, exc))
+            self.say("%s: supervisor error: %s: %s" % (group, type(exc).__name__, exc))
+            self.health[group] = "broken"
+        finally:
+            lock.release()
+
+    def _group(self, group, number):
+        folder = os.path.join(self.ctx.artifacts, "round%05d" % number, group)
+        started = self.clock()
+        check, spec = self.play(group, folder, "check", VERIFY, [])
+        if self.stopper.event.is_set():
+            return
+        self.record("check", group, ok=check["ok"], summary=check["summary"], diagnosis=check["diagnosis"],
+                    duration_s=round(self.clock() - started, 1),
+                    log=None if check["ok"] else spec.stdout_path)
+        if check["ok"] and not self.keep_ok:
+            shutil.rmtree(spec.artifact_dir, ignore_errors=True)
+        action, detail = decide(check["ok"], self.state(group), self.clock(), self.policy)
+        if action == OK:
+            self.health[group] = "ok"
+            self.say("%s: serving" % group)
+            return
+        if action == RECOVERED:
+            self.record("recovered", group)
+            self.health[group] = "ok"
+            self.say("%s: serves again: its failed mark is cleared" % group)
+            return
+        self.say("%s: NOT serving: %s" % (group, check["summary"]))
+        if action == FAILED:
+            self.record("failed", group, reason=detail)
+            self.health[group] = "failed"
+            self.say("%s: marked failed (%s): not restarted" % (group, detail))
+            return
+        if action == GIVE_UP:
+            self.record("give_up", group, reason=detail, last_failure=check["summary"])
+            self.health[group] = "failed"
+            self.say("%s: giving up: %s; the group is marked failed" % (group, detail))
+            return
+        if action == BACKOFF:
+            self.record("backoff", group, due=round(detail, 3), due_iso=journal_mod.iso(detail))
+            self.health[group] = "broken"
+            self.say("%s: next restart not before %s (backoff)" % (group, journal_mod.iso(detail)))
+            return
+        self.restart(group, folder, detail, check)
+
+    def restart(self, group, folder, attempt, check):
+        logs_dir = os.path.join(folder, "rank-logs")
+        logs = self.play(group, folder, "logs", LOGS, ["-e", '{"serve_failure_logs_dir": "%s"}' % logs_dir])[0]
+        self.record("logs", group, ok=logs["ok"], dir=os.path.join(logs_dir, group), summary=logs["summary"])
+        if self.stopper.event.is_set():
+            return
+        self.say("%s: restarting the group as one unit (attempt %d of at most %d in %s)" % (
+            group, attempt, self.policy.max_restarts, hours(self.policy.window_s)))
+        started = self.clock()
+        result, spec = self.play(group, folder, "restart", SERVE, ["-e", FORCE_RESTART])
+        reboot = needs_reboot(result["summary"], result["failed_tasks"])
+        self.record("restart", group, ok=result["ok"], attempt=attempt, because=check["summary"],
+                    summary=result["summary"], diagnosis=result["diagnosis"] or check["diagnosis"],
+                    duration_s=round(self.clock() - started, 1), log=spec.stdout_path)
+        if result["ok"]:
+            self.health[group] = "ok"
+            self.say("%s: serving again after %.0f s" % (group, self.clock() - started))
+            return
+        self.say("%s: the restart failed: %s" % (group, result["summary"]))
+        if reboot:
+            self.record("needs_reboot", group, reason=result["summary"])
+            self.health[group] = "failed"
+            self.say("%s: a node needs a reboot: not retried; the group is marked failed" % group)
+            return
+        self.health[group] = "broken"
+
+    def sleep(self, seconds):
+        self.stopper.event.wait(max(0.0, seconds))
+
+
+def run(ctx, args, interrupts, prog):
+    """The `watch` subcommand; exit 0 when every group served at the last round, else 1."""
+    state_dir = locks.state_dir(args.state_dir)
+    path = args.journal or journal_mod.default_path(state_dir)
+    policy = Policy(max_restarts=args.max_restarts, window_s=args.window * 3600.0,
+                    backoff_base_s=args.backoff_base, backoff_max_s=max(args.backoff_base, args.backoff_max))
+    watch = Watch(ctx, policy, journal_mod.Journal(path), state_dir, prog.message)
+    interrupts.fleet = watch.stopper
+    if interrupts.count:
+        watch.stopper.request_stop(interrupts.reason)
+    rounds = 1 if args.once else args.rounds
+    watch.record("watch_start", None, groups=list(ctx.groups), interval_s=args.interval, rounds=rounds,
+                 max_restarts=policy.max_restarts, window_h=args.window, backoff_base_s=policy.backoff_base_s,
+                 pid=os.getpid(), artifacts=ctx.artifacts)
+    prog.message("journal: %s; locks: %s" % (path, os.path.join(state_dir, "locks")))
+    number = 0
+    try:
+        while not watch.stopper.event.is_set():
+            number += 1
+            began = time.monotonic()
+            watch.round(number)
+            if rounds and number >= rounds:
+                break
+            watch.sleep(args.interval - (time.monotonic() - began))
+    finally:
+        interrupts.fleet = None
+        watch.record("watch_stop", None, rounds=number, reason=watch.stopper.stop_reason or "done",
+                     health=dict(watch.health))
+    prog.close()
+    return 0 if watch.health and all(v == "ok" for v in watch.health.values()) else 1
+
+
+# --------------------------------------------------------------------------- status
+
+
+def print_journal_summary(groups, path, out=print, now=None, window_s=6 * 3600.0):
+    """The supervisor's view from its journal (nothing when there is no journal)."""
+    records = journal_mod.read(path)
+    if not records:
+        return False
+    now = time.time() if now is None else now
+    states = journal_mod.summarize(records, groups)
+    header = ["group", "supervisor", "restarts (%s)" % hours(window_s), "last failure", "diagnosis"]
+    rows = []
+    for group in groups:
+        state = states.get(group)
+        if state is None:
+            rows.append([group, "-", "0", "-", "-"])
+            continue
+        if state["failed"]:
+            mark = "FAILED: %s" % (state["failed"].get("reason") or "")
+        elif state["last_ok"] is not None and (
+                state["last_failure"] is None or state["last_ok"] >= state["last_failure"]["time"]):
+            mark = "ok"
+        elif state["last_failure"] is not None:
+            mark = "broken"
+        else:
+            mark = "-"
+        failure = state["last_failure"]
+        rows.append([group, mark, str(len(restarts_in_window(state["restarts"], now, window_s))),
+                     "%s %s" % (journal_mod.iso(failure["time"]), failure["summary"] or "") if failure else "-",
+                     journal_mod.diagnosis_text(state["diagnosis"]) or "-"])
+    clip = 100
+    rows = [[c if len(c) <= clip else c[:clip - 3] + "..." for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    out("")
+    out("Supervisor journal: %s" % path)
+    for row in [header] + rows:
+        out("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    return True
