@@ -3,7 +3,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-make -s lab   # the lab pair and the SIMULATOR image archive the lab inventory distributes
+make -s lab         # the lab pair and the SIMULATOR image archive the lab inventory distributes
+make -s lab-fleet   # the fleet lab (bench_fleet, bench_router_roll, bench_recovery)
 for bench in bench/bench_*.py; do
   echo "== $bench"
   (cd bench && python3 "$(basename "$bench")")

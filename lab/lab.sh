@@ -3,7 +3,9 @@
 # built from an inventory. Every host of group `dspark` becomes a container of that name on the lab's
 # management network (NAT, SSH published on 127.0.0.1:ansible_port); every serving group gets its own
 # internal fabric network (its dspark_fabric_cidr, dspark_fabric_mtu), whose interface in each node is renamed
-# to dspark_fabric_interface. lab/labspec.py reads the inventory; this script only reads its plain output.
+# to dspark_fabric_interface. Every host of group `dspark_router` (the fleet's router) becomes a container on the
+# management network only, with its lab_published_ports published on 127.0.0.1 too.
+# lab/labspec.py reads the inventory; this script only reads its plain output.
 # Usage: lab.sh up | down [--purge] | status   [-i INVENTORY]   (default: inventories/lab/hosts.yml, the pair)
 set -euo pipefail
 
@@ -23,6 +25,8 @@ MGMT_NET=
 MGMT_SUBNET=
 FABRIC_NETS=()
 NODES=()
+ROUTERS=()
+declare -A PUBLISH=()
 declare -A NET_GROUP=() NET_CIDR=() NET_GATEWAY=() NET_MTU=() MEMBERS=()
 declare -A GROUP=() SSH_PORT=() MGMT_IP=() FABRIC_NET=() FABRIC_IP=() FABRIC_PREFIX=() FABRIC_IF=() MTU=() ADD_HOSTS=()
 
@@ -60,6 +64,11 @@ load_spec() {
         GROUP[$a]=$b SSH_PORT[$a]=$d MGMT_IP[$a]=$e FABRIC_NET[$a]=$f FABRIC_IP[$a]=$g FABRIC_PREFIX[$a]=$h
         FABRIC_IF[$a]=$i MTU[$a]=$j ADD_HOSTS[$a]=$k
         MEMBERS[$b]="${MEMBERS[$b]:-}${MEMBERS[$b]:+ }$a"
+        ;;
+      router)
+        # router NAME SSH_PORT MGMT_IP PUBLISH (HOSTPORT:CONTAINERPORT,... or -)
+        ROUTERS+=("$a")
+        GROUP[$a]=dspark_router SSH_PORT[$a]=$b MGMT_IP[$a]=$c PUBLISH[$a]=${d/#-/}
         ;;
       *) die "labspec.py printed an unknown line: $kind $a" ;;
     esac
@@ -213,15 +222,37 @@ node_want() {
   echo "127.0.0.1:${SSH_PORT[$n]}|$nets|${ADD_HOSTS[$n]}"
 }
 
+# The same for a router: published SSH, every other published port (sorted), the management address only.
+router_config() {
+  docker container inspect -f '{{with index .HostConfig.PortBindings "22/tcp"}}{{(index . 0).HostIp}}:{{(index . 0).HostPort}}{{end}}|{{range $p, $b := .HostConfig.PortBindings}}{{if ne $p "22/tcp"}}{{(index $b 0).HostIp}}:{{(index $b 0).HostPort}}:{{$p}},{{end}}{{end}}|{{range $k, $v := .NetworkSettings.Networks}}{{$k}}={{with $v.IPAMConfig}}{{.IPv4Address}}{{end}},{{end}}' \
+    "$1"
+}
+router_want() {
+  local n=$1 p published=()
+  IFS=, read -r -a published <<<"${PUBLISH[$n]}"
+  for p in "${!published[@]}"; do published[p]="127.0.0.1:${published[p]}/tcp,"; done
+  echo "127.0.0.1:${SSH_PORT[$n]}|$( ((${#published[@]})) && printf '%s\n' "${published[@]}" | LC_ALL=C sort -t: -k3 | tr -d '\n')|$MGMT_NET=${MGMT_IP[$n]},"
+}
+is_router() { [[ ${GROUP[$1]:-} == dspark_router ]]; }
+config_of() { if is_router "$1"; then router_config "$1"; else node_config "$1"; fi; }
+want_of() { if is_router "$1"; then router_want "$1"; else node_want "$1"; fi; }
+
 # True when something already listens on 127.0.0.1:PORT (another lab, the VM lab, any program).
 port_busy() { timeout 3 bash -c ": <'/dev/tcp/127.0.0.1/$1'" 2>/dev/null; }
 
 check_port_free() {
-  local n=$1
+  local n=$1 p published=()
   if port_busy "${SSH_PORT[$n]}"; then
     die "127.0.0.1:${SSH_PORT[$n]} (ansible_port of $n) is already in use by another program or lab (the VM lab
   uses 2231/2232). Fix: stop it, or give $n another ansible_port in $INVENTORY"
   fi
+  IFS=, read -r -a published <<<"${PUBLISH[$n]:-}"
+  for p in "${published[@]}"; do
+    if port_busy "${p%%:*}"; then
+      die "127.0.0.1:${p%%:*} (lab_published_ports of $n) is already in use by another program or lab.
+  Fix: stop it, or publish another port in $INVENTORY"
+    fi
+  done
 }
 
 create_node() {
@@ -247,15 +278,31 @@ create_node() {
   docker network connect --ip "${FABRIC_IP[$n]}" "${FABRIC_NET[$n]}" "$n"
 }
 
+# A router: the node image (systemd, sshd), the management network only, no Docker volume.
+create_router() {
+  local n=$1 p published=() ports=()
+  check_port_free "$n"
+  IFS=, read -r -a published <<<"${PUBLISH[$n]}"
+  for p in "${published[@]}"; do ports+=(-p "127.0.0.1:$p"); done
+  log "creating $n (router: mgmt ${MGMT_IP[$n]}, ssh 127.0.0.1:${SSH_PORT[$n]}${PUBLISH[$n]:+, published 127.0.0.1:${PUBLISH[$n]}})"
+  docker create --name "$n" --hostname "$n" "${LABELS[@]}" --stop-signal SIGRTMIN+3 \
+    --network "$MGMT_NET" --ip "${MGMT_IP[$n]}" -p "127.0.0.1:${SSH_PORT[$n]}:22" "${ports[@]}" \
+    --cap-add SYS_ADMIN --cap-add NET_ADMIN --cap-add SYS_PTRACE --cap-add MKNOD \
+    --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+    --cgroupns=host -v /sys/fs/cgroup:/sys/fs/cgroup:rw \
+    --tmpfs /run:rw,exec,mode=755 --tmpfs /run/lock --tmpfs /tmp:rw,exec,mode=1777 \
+    "$IMAGE" >/dev/null
+}
+
 # A node of this lab created otherwise than the inventory now says is removed (and re-created by ensure_node):
 # ports, addresses and /etc/hosts are fixed at create time. Its /var/lib/docker volume survives.
 drop_stale_node() {
   local n=$1 have want
   mine container "$n" || return 0
   # Never re-create on a failed inspect: the node may be someone's working lab.
-  have=$(node_config "$n") || die "cannot inspect container $n"
+  have=$(config_of "$n") || die "cannot inspect container $n"
   [[ -n $have ]] || die "inspecting container $n printed nothing"
-  want=$(node_want "$n")
+  want=$(want_of "$n")
   [[ $have != "$want" ]] || return 0
   log "$n was created as '$have', the inventory wants '$want': re-creating it"
   docker rm -f "$n" >/dev/null
@@ -263,7 +310,9 @@ drop_stale_node() {
 
 ensure_node() {
   local n=$1
-  if [[ $(node_state "$n") == absent ]]; then create_node "$n"; fi
+  if [[ $(node_state "$n") == absent ]]; then
+    if is_router "$n"; then create_router "$n"; else create_node "$n"; fi
+  fi
   if [[ $(node_state "$n") != running ]]; then
     check_port_free "$n"
     log "starting $n"
@@ -284,6 +333,8 @@ NODE_SETUP='
 set -euo pipefail
 fabric_ip=$1 fabric_if=$2 mtu=$3
 pubkey=$(cat)
+# A router (fabric address "-") has no fabric.
+if [[ $fabric_ip != - ]]; then
 dev=$(ip -o -4 addr show | awk -v ip="$fabric_ip/" "index(\$4, ip) == 1 {sub(/@.*/, \"\", \$2); print \$2; exit}")
 [[ -n $dev ]] || { echo "no interface has $fabric_ip" >&2; exit 1; }
 if [[ $dev != "$fabric_if" ]]; then
@@ -294,6 +345,7 @@ if [[ $dev != "$fabric_if" ]]; then
 fi
 got=$(cat "/sys/class/net/$fabric_if/mtu")
 [[ $got == "$mtu" ]] || { echo "$fabric_if has MTU $got, expected $mtu" >&2; exit 1; }
+fi
 restart=
 if [[ ! -s /etc/ssh/ssh_host_ed25519_key ]]; then ssh-keygen -A >/dev/null; restart=1; fi
 id spark >/dev/null 2>&1 || useradd -m -s /bin/bash spark
@@ -320,7 +372,7 @@ fi
 setup_node() {
   local n=$1 out
   wait_for 120 "systemd in $n to finish booting" systemd_settled "$n"
-  out=$(docker exec -i "$n" bash -c "$NODE_SETUP" node-setup "${FABRIC_IP[$n]}" "${FABRIC_IF[$n]}" "${MTU[$n]}" \
+  out=$(docker exec -i "$n" bash -c "$NODE_SETUP" node-setup "${FABRIC_IP[$n]:--}" "${FABRIC_IF[$n]:--}" "${MTU[$n]:--}" \
     <"$KEY.pub") || die "setting up $n failed: $out"
   [[ -z $out ]] || log "$n: $out"
 }
@@ -336,6 +388,7 @@ node_ssh() {
 # shellcheck disable=SC2016 # expanded inside the node
 ping_peers() {
   local n=$1 m peers=()
+  is_router "$n" && return 0
   for m in ${MEMBERS[${GROUP[$n]}]}; do [[ $m == "$n" ]] || peers+=("${FABRIC_IP[$m]}"); done
   ((${#peers[@]})) || return 0
   docker exec "$n" bash -c 'size=$1; shift; for ip; do ping -M do -s "$size" -c1 -W2 "$ip" >/dev/null || exit 1; done' \
@@ -347,7 +400,7 @@ orphans() {
   local kind=$1 x have
   declare -A want=()
   if [[ $kind == container ]]; then
-    for x in "${NODES[@]}"; do want[$x]=1; done
+    for x in "${NODES[@]}" "${ROUTERS[@]}"; do want[$x]=1; done
     have=$(docker container ls -a --filter "label=dspark.lab.name=$LAB_NAME" --format '{{.Names}}')
   else
     for x in "$MGMT_NET" "${FABRIC_NETS[@]}"; do want[$x]=1; done
@@ -385,10 +438,10 @@ lab_ok() {
     net_ok "$x" || return 1
   done
   [[ -z $(orphans container) && -z $(orphans network) ]] || return 1
-  for x in "${NODES[@]}"; do
+  for x in "${NODES[@]}" "${ROUTERS[@]}"; do
     [[ $(node_state "$x") == running ]] || return 1
     [[ $(owner container "$x") == "$LAB_NAME" ]] || return 1
-    [[ $(node_config "$x" 2>/dev/null) == "$(node_want "$x")" ]] || return 1
+    [[ $(config_of "$x" 2>/dev/null) == "$(want_of "$x")" ]] || return 1
   done
 }
 
@@ -396,11 +449,11 @@ lab_ok() {
 
 cmd_status() {
   if ! engine_up; then
-    printf '%-13s engine-down\n' "${NODES[@]}"
+    printf '%-13s engine-down\n' "${NODES[@]}" "${ROUTERS[@]}"
     return 1
   fi
   local n state who mgmt fabric want ssh_ok rc=0
-  for n in "${NODES[@]}"; do
+  for n in "${NODES[@]}" "${ROUTERS[@]}"; do
     state=$(node_state "$n")
     who=$(owner container "$n")
     mgmt=- fabric=- ssh_ok=fail
@@ -408,6 +461,15 @@ cmd_status() {
       state="foreign(${who})"
     elif [[ $state == running ]]; then
       mgmt=$(docker inspect -f "{{with index .NetworkSettings.Networks \"$MGMT_NET\"}}{{.IPAddress}}{{end}}" "$n")
+      [[ -s $KEY ]] && node_ssh "$n" true </dev/null >/dev/null 2>&1 && ssh_ok=ok
+    fi
+    if is_router "$n"; then
+      printf '%-13s %-9s %-8s mgmt %-12s ssh %s (127.0.0.1:%s)%s\n' "$n" router "$state" "${mgmt:--}" "$ssh_ok" \
+        "${SSH_PORT[$n]}" "${PUBLISH[$n]:+ published 127.0.0.1:${PUBLISH[$n]}}"
+      [[ $state == running && $ssh_ok == ok && $mgmt == "${MGMT_IP[$n]}" ]] || rc=1
+      continue
+    fi
+    if [[ $state == running ]]; then
       fabric=$(docker exec "$n" sh -c "ip -o -4 addr show dev ${FABRIC_IF[$n]} 2>/dev/null | awk '{print \$4}';
         cat /sys/class/net/${FABRIC_IF[$n]}/mtu 2>/dev/null" | paste -sd' ' -) || true
       if [[ -n $fabric ]]; then
@@ -415,7 +477,6 @@ cmd_status() {
       else
         fabric="${FABRIC_IF[$n]} missing"
       fi
-      [[ -s $KEY ]] && node_ssh "$n" true </dev/null >/dev/null 2>&1 && ssh_ok=ok
     fi
     printf '%-13s %-9s %-8s mgmt %-12s fabric %-36s ssh %s (127.0.0.1:%s)\n' \
       "$n" "${GROUP[$n]}" "$state" "${mgmt:--}" "$fabric" "$ssh_ok" "${SSH_PORT[$n]}"
@@ -434,19 +495,19 @@ cmd_up() {
     log "lab $LAB_NAME already up, nothing to do"
   else
     # Refuse before changing anything when a name or port is taken by another lab or program.
-    for n in "${NODES[@]}"; do
+    for n in "${NODES[@]}" "${ROUTERS[@]}"; do
       if ! mine container "$n"; then check_port_free "$n"; fi
     done
     for n in "$MGMT_NET" "${FABRIC_NETS[@]}"; do mine network "$n" || true; done
     remove_orphan_containers
-    for n in "${NODES[@]}"; do drop_stale_node "$n"; done
+    for n in "${NODES[@]}" "${ROUTERS[@]}"; do drop_stale_node "$n"; done
     remove_orphan_networks
     ensure_image
     ensure_key
     ensure_networks
-    for n in "${NODES[@]}"; do ensure_node "$n"; done
-    for n in "${NODES[@]}"; do setup_node "$n"; done
-    for n in "${NODES[@]}"; do
+    for n in "${NODES[@]}" "${ROUTERS[@]}"; do ensure_node "$n"; done
+    for n in "${NODES[@]}" "${ROUTERS[@]}"; do setup_node "$n"; done
+    for n in "${NODES[@]}" "${ROUTERS[@]}"; do
       wait_for 60 "ssh spark@127.0.0.1:${SSH_PORT[$n]} ($n)" node_ssh "$n" true
     done
     # Every fabric must carry full jumbo frames unfragmented, between every two members of a group.
@@ -465,7 +526,7 @@ lab_objects() {
   {
     case $kind in
       container)
-        printf '%s\n' "${NODES[@]}"
+        printf '%s\n' "${NODES[@]}" "${ROUTERS[@]}"
         docker container ls -a "${filter[@]}" --format '{{.Names}}'
         ;;
       volume)

@@ -14,6 +14,7 @@ its dspark_group names. Output (whitespace-separated, no field is empty or conta
     mgmt   NETWORK SUBNET
     fabric NETWORK GROUP CIDR GATEWAY MTU
     node   NAME GROUP RANK SSH_PORT MGMT_IP FABRIC_NETWORK FABRIC_IP PREFIXLEN FABRIC_IF MTU HOSTS
+    router  NAME SSH_PORT MGMT_IP PUBLISH
 
 - NAME of the lab: the inventory's directory name (inventories/lab -> lab, inventories/lab-fleet -> lab-fleet).
 - Networks: dspark-NAME-mgmt (subnet from the lab-only variable lab_mgmt_subnet, default 10.231.0.0/24,
@@ -23,6 +24,11 @@ its dspark_group names. Output (whitespace-separated, no field is empty or conta
   address of the CIDR.
 - Management addresses: .11, .12, ... of the subnet, groups by name, members by rank.
 - HOSTS: the --add-host entries NAME-fabric:ADDRESS of the node's own group, by rank, comma-separated.
+- Routers: every host of group `dspark_router` (the fleet's router, never a serving node) becomes a container on
+  the management network only, at .201, .202, ... (by name; fixed, so adding nodes never moves them), with SSH on
+  127.0.0.1:ansible_port and the lab-only `lab_published_ports` (["HOSTPORT:CONTAINERPORT", ...]) published on
+  127.0.0.1. PUBLISH is those pairs comma-separated, or `-` for none.
+- A serving node's `dspark_mgmt_address`, when set, must be the management address the lab gives it.
 
 Nodes are listed by group name, then rank. On a bad inventory nothing is printed on stdout; every problem is
 printed on stderr as `labspec: ERROR: ...` (the host or group, the variable, what is wrong, the fix) and the
@@ -42,7 +48,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_INVENTORY = os.path.join(REPO, 'inventories', 'lab', 'hosts.yml')
 DEFAULT_MGMT_SUBNET = '10.231.0.0/24'
 MGMT_FIRST_HOST = 11
+MGMT_ROUTER_FIRST = 201
 SERVING_PARENT = 'dspark'
+ROUTER_PARENT = 'dspark_router'
 PORT_MIN, PORT_MAX = 1024, 65535
 MTU_MIN, MTU_MAX = 1280, 9216
 LOOPBACK = ('127.0.0.1', 'localhost')
@@ -196,6 +204,42 @@ def _node_vars(problems, host, hv):
             'raw_port': raw_port}
 
 
+def _router_vars(problems, host, hv):
+    """Check one router's own variables: name, SSH port, published ports."""
+    if not _HOSTNAME_RE.match(host):
+        problems.add(host, 'inventory_hostname', host, 'is not usable as a container and host name',
+                     'use lower-case letters, digits and dashes (e.g. spark-router)')
+    where_host = hv.get('ansible_host')
+    if where_host is not None and str(where_host) not in LOOPBACK:
+        problems.add(host, 'ansible_host', where_host, 'is not the loopback address the lab publishes SSH on',
+                     'set ansible_host: 127.0.0.1 (lab inventories only)')
+    raw_port = _literal(problems, host, hv, 'ansible_port', 'the lab publishes each host\'s sshd on 127.0.0.1:<ansible_port>',
+                        'give every host of the lab its own ansible_port in %d-%d' % (PORT_MIN, PORT_MAX))
+    port = _int(raw_port) if raw_port is not None else None
+    if raw_port is not None and (port is None or not PORT_MIN <= port <= PORT_MAX):
+        problems.add(host, 'ansible_port', raw_port, 'is not a port in %d-%d' % (PORT_MIN, PORT_MAX),
+                     'choose a free TCP port in %d-%d' % (PORT_MIN, PORT_MAX))
+        port = None
+    raw_publish = hv.get('lab_published_ports', [])
+    publish = []
+    fix = 'write a list of "HOSTPORT:CONTAINERPORT" strings, e.g. ["18080:8080"] (published on 127.0.0.1 only)'
+    if _is_template(raw_publish) or not isinstance(raw_publish, list):
+        problems.add(host, 'lab_published_ports', raw_publish, 'is not a list', fix)
+        raw_publish = []
+    for item in raw_publish:
+        match = re.fullmatch(r'\s*([0-9]+):([0-9]+)\s*', str(item))
+        pair = (int(match.group(1)), int(match.group(2))) if match else None
+        if pair is None or not PORT_MIN <= pair[0] <= PORT_MAX or not 1 <= pair[1] <= PORT_MAX:
+            problems.add(host, 'lab_published_ports', item, 'is not HOSTPORT:CONTAINERPORT with a host port in %d-%d'
+                         % (PORT_MIN, PORT_MAX), fix)
+            continue
+        if pair[1] == 22:
+            problems.add(host, 'lab_published_ports', item, 'publishes sshd, which ansible_port already does', fix)
+            continue
+        publish.append(pair)
+    return {'host': host, 'port': port, 'publish': publish, 'raw_port': raw_port}
+
+
 def _agreed(problems, where, members, key, var):
     """(True, the value every member of `where` has for `key`), or (False, None), reported, when they differ."""
     values = {}
@@ -298,15 +342,26 @@ def build(inv, name, inventory='INVENTORY'):
             members.setdefault(group, []).append(nodes[host])
     groups = {g: _group(problems, g, m, hostvars) for g, m in sorted(members.items())}
 
-    # Lab-wide: SSH ports, the management subnet, overlapping networks.
+    # Routers (the fleet's endpoint): management network only, never a serving node.
+    router_hosts = sorted(group_hosts(inv, ROUTER_PARENT))
+    for host in router_hosts:
+        if host in nodes:
+            problems.add(host, 'groups', '%s and %s' % (SERVING_PARENT, ROUTER_PARENT), 'is in both groups',
+                         'a router is not a serving node: keep it out of the groups under %s' % SERVING_PARENT)
+    routers = {h: _router_vars(problems, h, hostvars.get(h, {})) for h in router_hosts if h not in nodes}
+
+    # Lab-wide: SSH and published ports, the management subnet, overlapping networks.
     ports = {}
-    for node in nodes.values():
+    for node in list(nodes.values()) + list(routers.values()):
         if node['port'] is not None:
             ports.setdefault(node['port'], []).append(node['host'])
+    for router in routers.values():
+        for host_port, dummy in router['publish']:
+            ports.setdefault(host_port, []).append('%s (lab_published_ports)' % router['host'])
     for port, owners in sorted(ports.items()):
         if len(owners) > 1:
             problems.add('lab %s' % name, 'ansible_port', port, 'is set on %s' % ', '.join(owners),
-                         'give every host of the lab its own ansible_port')
+                         'give every host of the lab its own ansible_port (and published port)')
     subnets = {repr(hostvars.get(h, {}).get('lab_mgmt_subnet', DEFAULT_MGMT_SUBNET)) for h in hosts}
     raw_mgmt = hostvars.get(hosts[0], {}).get('lab_mgmt_subnet', DEFAULT_MGMT_SUBNET)
     mgmt = None
@@ -319,6 +374,17 @@ def build(inv, name, inventory='INVENTORY'):
         problems.add('lab %s' % name, 'lab_mgmt_subnet', raw_mgmt,
                      'is too small for %d nodes from .%d' % (len(hosts), MGMT_FIRST_HOST), 'use a /24')
         mgmt = None
+    if mgmt is not None and routers and (MGMT_FIRST_HOST + len(hosts) > MGMT_ROUTER_FIRST
+                                         or mgmt.num_addresses - 2 < MGMT_ROUTER_FIRST - 1 + len(routers)):
+        problems.add('lab %s' % name, 'lab_mgmt_subnet', raw_mgmt,
+                     'has no room for %d node(s) from .%d and %d router(s) from .%d'
+                     % (len(hosts), MGMT_FIRST_HOST, len(routers), MGMT_ROUTER_FIRST), 'use a /24 and fewer nodes')
+        mgmt = None
+    for router in routers.values():
+        own = hostvars.get(router['host'], {}).get('lab_mgmt_subnet')
+        if own is not None and own != raw_mgmt:
+            problems.add(router['host'], 'lab_mgmt_subnet', own, 'differs from the serving nodes\' (%s)' % raw_mgmt,
+                         'set lab_mgmt_subnet once for the whole lab')
     nets = [('lab_mgmt_subnet', mgmt)] + [('dspark_fabric_cidr of %s' % g['name'], g['net']) for g in groups.values()]
     nets = [(label, net) for label, net in nets if net is not None]
     for i, (label_a, net_a) in enumerate(nets):
@@ -335,7 +401,7 @@ def build(inv, name, inventory='INVENTORY'):
     single = len(groups) == 1
     spec = {'lab': name, 'inventory': inventory,
             'mgmt': {'network': 'dspark-%s-mgmt' % name, 'subnet': str(mgmt)},
-            'fabrics': [], 'nodes': []}
+            'fabrics': [], 'nodes': [], 'routers': []}
     index = 0
     for gname, group in groups.items():
         network = 'dspark-%s-fabric' % name if single else 'dspark-%s-%s' % (name, gname)
@@ -351,6 +417,21 @@ def build(inv, name, inventory='INVENTORY'):
                 'fabric_if': node['iface'], 'mtu': group['mtu'], 'hosts': add_hosts,
             })
             index += 1
+    for index, host in enumerate(sorted(routers)):
+        router = routers[host]
+        spec['routers'].append({'name': host, 'ssh_port': router['port'],
+                                'mgmt_ip': str(mgmt.network_address + MGMT_ROUTER_FIRST + index),
+                                'publish': [list(p) for p in router['publish']]})
+    # A serving node's dspark_mgmt_address (what the router connects to) must be the address the lab gives it.
+    wrong = []
+    for node in spec['nodes']:
+        want = hostvars.get(node['name'], {}).get('dspark_mgmt_address')
+        if want is not None and str(want) != node['mgmt_ip']:
+            wrong.append('%s: %s: dspark_mgmt_address=%r is not the management address the lab gives it (%s). Fix: set '
+                         'dspark_mgmt_address: %s, or leave it unset'
+                         % (inventory, node['name'], want, node['mgmt_ip'], node['mgmt_ip']))
+    if wrong:
+        raise SpecError(wrong)
     return spec
 
 
@@ -364,6 +445,9 @@ def render(spec):
         lines.append('node %s %s %s %s %s %s %s %s %s %s %s' % (
             n['name'], n['group'], n['rank'], n['ssh_port'], n['mgmt_ip'], n['fabric_network'], n['fabric_ip'],
             n['prefixlen'], n['fabric_if'], n['mtu'], n['hosts']))
+    for g in spec.get('routers', []):
+        publish = ','.join('%d:%d' % tuple(p) for p in g['publish']) or '-'
+        lines.append('router %s %s %s %s' % (g['name'], g['ssh_port'], g['mgmt_ip'], publish))
     for line in lines:
         if any(not field or field != field.strip() for field in line.split(' ')):
             raise SpecError(['internal: spec line with an empty field: %r' % line])

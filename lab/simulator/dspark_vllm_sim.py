@@ -379,6 +379,8 @@ class Simulator:
         timeout = env_float('DSPARK_SIM_RENDEZVOUS_TIMEOUT', 0) or args.distributed_timeout_seconds or 600.0
         self.timeout = float(timeout)
         self.load_seconds = max(0.0, env_float('DSPARK_SIM_LOAD_SECONDS', 3.0))
+        # Simulated generation time per output token (0: answers at once).
+        self.token_seconds = max(0.0, env_float('DSPARK_SIM_TOKEN_SECONDS', 0.0))
         self.api_keys = list(args.api_key or []) or ([os.environ['VLLM_API_KEY']]
                                                      if os.environ.get('VLLM_API_KEY') else [])
         self.check_net = os.environ.get('DSPARK_SIM_CHECK_NET', '1') != '0'
@@ -1100,6 +1102,8 @@ class Simulator:
                 rid = self.headers.get('X-Request-Id') or uuid.uuid4().hex[:16]
                 if body.get('stream'):
                     return self.stream(chat, rid, model, out, finish)
+                if sim.token_seconds:
+                    time.sleep(sim.token_seconds * len(out))
                 text = ' '.join(out)
                 usage = {'prompt_tokens': prompt_tokens, 'total_tokens': prompt_tokens + len(out),
                          'completion_tokens': len(out), 'prompt_tokens_details': None}
@@ -1129,6 +1133,8 @@ class Simulator:
                 obj = 'chat.completion.chunk' if chat else 'text_completion'
                 created = int(time.time())
                 for i, word in enumerate(words):
+                    if sim.token_seconds:
+                        time.sleep(sim.token_seconds)
                     piece = word if i == 0 else ' ' + word
                     choice = ({'index': 0, 'delta': {'role': 'assistant', 'content': piece} if i == 0
                                else {'content': piece}, 'finish_reason': None} if chat

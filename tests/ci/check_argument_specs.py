@@ -2,7 +2,8 @@
 
 Checks, for each role: the same variable names in defaults/main.yml and argument_specs (entry point
 main), the same default values, every name prefixed with the role name, and the README table between
-`<!-- vars:ROLE -->` and `<!-- /vars:ROLE -->` equal to the one generated from argument_specs.
+`<!-- vars:ROLE -->` and `<!-- /vars:ROLE -->` equal to the one generated from argument_specs (and the same
+table in roles/ROLE/README.md when that file has the markers).
 `--fix` rewrites the README tables instead of failing on them.
 """
 
@@ -41,7 +42,7 @@ def table(options):
     return "\n".join(rows)
 
 
-def check_role(role_dir, readme, problems):
+def check_role(role_dir, readme, problems, required=True, where="README.md"):
     role = role_dir.name
     specs = load(role_dir / "meta" / "argument_specs.yml").get("argument_specs", {})
     options = (specs.get("main") or {}).get("options") or {}
@@ -62,7 +63,8 @@ def check_role(role_dir, readme, problems):
     wanted = "%s\n%s\n%s" % (start, table(options), end)
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     if not pattern.search(readme):
-        problems.append("README.md: no variable table for role %s (add %s ... %s, then run with --fix)" % (role, start, end))
+        if required:
+            problems.append("%s: no variable table for role %s (add %s ... %s, then run with --fix)" % (where, role, start, end))
         return readme
     return pattern.sub(lambda m: wanted, readme)
 
@@ -77,6 +79,18 @@ def main():
     updated = readme
     for role_dir in sorted(p for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").exists()):
         updated = check_role(role_dir, updated, problems)
+        role_readme_path = role_dir / "README.md"
+        if role_readme_path.exists():
+            role_readme = role_readme_path.read_text(encoding="utf-8")
+            role_problems = []
+            role_updated = check_role(role_dir, role_readme, role_problems, required=False,
+                                      where=str(role_readme_path.relative_to(ROOT)))
+            if role_updated != role_readme:
+                if args.fix:
+                    role_readme_path.write_text(role_updated, encoding="utf-8")
+                else:
+                    problems.append("%s: the variable table is out of date (run tests/ci/check_argument_specs.py --fix)"
+                                    % role_readme_path.relative_to(ROOT))
     if updated != readme:
         if args.fix:
             readme_path.write_text(updated, encoding="utf-8")

@@ -30,6 +30,8 @@ NODES = {
     for n in SPEC["nodes"]
 }
 MGMT_PREFIX = SPEC["mgmt"]["subnet"].split("/")[1]
+# Routers (group dspark_router, the fleet lab's spark-router): management network only.
+ROUTERS = {r["name"]: {"port": r["ssh_port"], "mgmt": r["mgmt_ip"]} for r in SPEC.get("routers", [])}
 # Every ordered pair of members of one serving group; and one pair of nodes of different groups, if any.
 PEERS = [(a, b) for a, b in itertools.permutations(NODES, 2) if NODES[a]["group"] == NODES[b]["group"]]
 STRANGERS = [(a, b) for a, b in itertools.permutations(NODES, 2) if NODES[a]["group"] != NODES[b]["group"]][:1]
@@ -62,9 +64,9 @@ def lab_is_up():
 
 
 def ssh(node, command, user="spark", check=True):
-    """Run a shell command on a node over real SSH, as the inventory would."""
+    """Run a shell command on a node (or router) over real SSH, as the inventory would."""
     result = subprocess.run(
-        ["ssh", "-i", str(KEY), "-p", str(NODES[node]["port"]), *SSH_OPTS, f"{user}@127.0.0.1", command],
+        ["ssh", "-i", str(KEY), "-p", str({**NODES, **ROUTERS}[node]["port"]), *SSH_OPTS, f"{user}@127.0.0.1", command],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False,
     )
     if check:
@@ -156,10 +158,19 @@ def test_distinct_machine_ids():
     assert len(set(ids.values())) == len(NODES), ids
 
 
+@pytest.mark.parametrize("router", ROUTERS or [None])
+def test_router_has_only_the_management_network(router):
+    if router is None:
+        pytest.skip(f"lab {SPEC['lab']} has no router")
+    assert ssh(router, "sudo -n id -un; hostname").stdout.split() == ["root", router]
+    addresses = ssh(router, "ip -o -4 addr show | awk '{print $2, $4}'").stdout.split("\n")
+    assert sorted(a for a in addresses if a and not a.startswith("lo ")) == [f"eth0 {ROUTERS[router]['mgmt']}/{MGMT_PREFIX}"]
+
+
 def test_status_exits_zero():
     status = lab_status()
     assert status.returncode == 0, status.stdout + status.stderr
     lines = status.stdout.strip().splitlines()
-    assert [line.split()[0] for line in lines] == list(NODES)
+    assert [line.split()[0] for line in lines] == list(NODES) + list(ROUTERS)
     assert all("running" in line and "ssh ok" in line for line in lines), lines
-    assert all(f"mtu {NODES[line.split()[0]]['mtu']} " in line for line in lines), lines
+    assert all(f"mtu {NODES[line.split()[0]]['mtu']} " in line for line in lines if line.split()[0] in NODES), lines

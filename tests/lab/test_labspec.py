@@ -43,6 +43,7 @@ def test_pair_lab_keeps_its_names_and_addresses(pair):
         ("spark-head", 2221, "10.231.0.11", "192.168.100.1", "enp1s0f1np1", hosts),
         ("spark-worker", 2222, "10.231.0.12", "192.168.100.2", "enp1s0f1np1", hosts),
     ]
+    assert pair["routers"] == []
 
 
 def test_fleet_lab(fleet):
@@ -65,6 +66,20 @@ def test_fleet_lab(fleet):
     trio = [n for n in fleet["nodes"] if n["group"] == "trio_c"]
     assert {n["hosts"] for n in trio} == {
         "spark-c0-fabric:192.168.103.1,spark-c1-fabric:192.168.103.2,spark-c2-fabric:192.168.103.3"}
+
+
+def test_fleet_router(fleet):
+    """spark-router (group dspark_router): management network only, SSH 2248, HTTP 8080 on 127.0.0.1:18080."""
+    assert fleet["routers"] == [{"name": "spark-router", "ssh_port": 2248, "mgmt_ip": "10.232.0.201",
+                                 "publish": [[18080, 8080]]}]
+    assert "spark-router" not in [n["name"] for n in fleet["nodes"]]
+
+
+def test_fleet_mgmt_addresses_are_the_labs():
+    """dspark_mgmt_address (what the router connects to) is set on every fleet node and matches the lab."""
+    hostvars = labspec.load_inventory(str(FLEET))["_meta"]["hostvars"]
+    for node in labspec.spec_for(str(FLEET))["nodes"]:
+        assert hostvars[node["name"]]["dspark_mgmt_address"] == node["mgmt_ip"]
 
 
 @pytest.mark.parametrize("inventory", [PAIR, FLEET], ids=["lab", "lab-fleet"])
@@ -102,6 +117,7 @@ def test_cli_prints_plain_lines():
     nodes = [line.split() for line in lines if line.startswith("node ")]
     assert len(nodes) == 7 and all(len(fields) == 12 for fields in nodes)
     assert nodes[-1][:5] == ["node", "spark-c2", "trio_c", "2", "2247"]
+    assert lines[-1] == "router spark-router 2248 10.232.0.201 18080:8080"
 
 
 # --- bad inventories --------------------------------------------------------------------------------------
@@ -175,6 +191,41 @@ def test_bad_inventory_is_a_clear_error(tmp_path, change, expected):
     assert result.returncode == 2, result.stdout
     assert result.stdout == ""
     assert "labspec: ERROR: " in result.stderr
+    assert expected in result.stderr, result.stderr
+    assert "Fix: " in result.stderr
+
+
+ROUTER = GOOD + """
+    dspark_router:
+      hosts:
+        r0: {ansible_port: 3010, lab_published_ports: ["13080:8080"]}
+"""
+
+
+def test_router_line(tmp_path):
+    result = run_cli(tmp_path, ROUTER)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "router r0 3010 10.231.0.201 13080:8080"
+    assert run_cli(tmp_path, ROUTER.replace(', lab_published_ports: ["13080:8080"]', ''), "lab-y").stdout.splitlines()[-1] \
+        == "router r0 3010 10.231.0.201 -"
+
+
+@pytest.mark.parametrize("change, expected", [
+    (("ansible_port: 3010", "ansible_port: 3001"), "ansible_port=3001 is set on n0, r0"),
+    (('["13080:8080"]', '["3002:8080"]'), "ansible_port=3002 is set on n1, r0 (lab_published_ports)"),
+    (('["13080:8080"]', '["80:8080"]'), "r0: lab_published_ports='80:8080' is not HOSTPORT:CONTAINERPORT"),
+    (('["13080:8080"]', '["13022:22"]'), "publishes sshd"),
+    (('["13080:8080"]', '"13080:8080"'), "r0: lab_published_ports='13080:8080' is not a list"),
+    (("        r0: {", "        n0: {}\n        r0: {"), "n0: groups='dspark and dspark_router' is in both groups"),
+    (("n0: {ansible_port: 3001,", "n0: {ansible_port: 3001, dspark_mgmt_address: 10.231.0.99,"),
+     "n0: dspark_mgmt_address='10.231.0.99' is not the management address the lab gives it (10.231.0.11)"),
+])
+def test_bad_router_inventory_is_a_clear_error(tmp_path, change, expected):
+    old, new = change
+    assert old in ROUTER
+    result = run_cli(tmp_path, ROUTER.replace(old, new, 1))
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == ""
     assert expected in result.stderr, result.stderr
     assert "Fix: " in result.stderr
 

@@ -253,6 +253,34 @@ def test_healthy_pair_api(healthy_pair):
     assert group.procs[0].wait_for('"POST /v1/chat/completions HTTP/1.1" 200 OK', 3)
 
 
+def test_token_seconds_slows_generation_only(started):
+    """DSPARK_SIM_TOKEN_SECONDS: one stream chunk per N seconds, a plain reply after N x tokens; /v1/models at once."""
+    group = Group(2, started)
+    group.start(1)
+    head = group.start(0, env=base_env(DSPARK_SIM_TOKEN_SECONDS='0.05'))
+    assert head.wait_for('Application startup complete.', 15), head.log()
+    base = 'http://%s:%d' % (LOOPBACK, group.api_port)
+    t0 = time.monotonic()
+    assert http('GET', base + '/v1/models')[0] == 200
+    assert time.monotonic() - t0 < 0.5
+    body = {'model': SERVED, 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 10}
+    t0 = time.monotonic()
+    status, chat = http('POST', base + '/v1/chat/completions', body)
+    assert status == 200 and chat['usage']['completion_tokens'] == 10
+    assert 0.45 <= time.monotonic() - t0 < 3
+    req = urllib.request.Request(base + '/v1/chat/completions', data=json.dumps(dict(body, stream=True)).encode(),
+                                 headers={'Content-Type': 'application/json'}, method='POST')
+    t0 = time.monotonic()
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        first = resp.readline()
+        first_at = time.monotonic() - t0
+        rest = resp.read().decode()
+    total = time.monotonic() - t0
+    assert first.startswith(b'data: ') and first_at < 0.4
+    assert rest.rstrip().endswith('data: [DONE]') and '"finish_reason": "length"' in rest
+    assert 0.45 <= total < 3
+
+
 def test_three_node_group(started):
     group = Group(3, started)
     group.start(1)

@@ -1,0 +1,85 @@
+"""Fleet scale on the SIMULATED fleet lab (inventories/lab-fleet: two pairs and a trio), same run, same machine:
+
+1. dspark-fleet reprovision with a forced restart of every group (serve_force_restart) and --parallel = number
+   of groups, against the same for one group alone. Goal: at most 1.5x.
+2. a no-op site.yml over the whole fleet against the same playbook limited to one pair. Goal: at most 1.5x.
+
+Also records the controller memory (peak RSS of each group's ansible-playbook) from the dspark-fleet report.
+Needs `make lab-fleet` and a converged fleet (it converges once first, untimed).
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchlib import machine, write_result
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BIN = pathlib.Path(sys.executable).parent
+INVENTORY = ROOT / "inventories" / "lab-fleet" / "hosts.yml"
+RESULT = ROOT / "bench" / "results" / "fleet_scale.json"
+GROUPS = ["pair_a", "pair_b", "trio_c"]
+ALONE = "pair_a"
+GOAL_RATIO = 1.5
+FORCE = '{"serve_force_restart": true}'
+
+
+def timed(argv):
+    started = time.monotonic()
+    run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
+    elapsed = time.monotonic() - started
+    if run.returncode != 0:
+        sys.exit("%s failed (rc=%d):\n%s" % (" ".join(argv), run.returncode, (run.stdout + run.stderr)[-4000:]))
+    return round(elapsed, 1), run.stdout
+
+
+def reprovision(groups):
+    artifacts = tempfile.mkdtemp(prefix="bench-fleet-")
+    elapsed, dummy = timed([str(BIN / "dspark-fleet"), "reprovision", "-i", str(INVENTORY), "--plain",
+                            "--groups", ",".join(groups), "--parallel", str(len(groups)), "-e", FORCE,
+                            "--artifacts", artifacts])
+    report = json.loads((pathlib.Path(artifacts) / "report.json").read_text())
+    return elapsed, {name: {"seconds": group["duration_s"], "changed": group["changed"],
+                            "controller_memory_peak_mib": round((group["controller_memory_peak_kib"] or 0) / 1024, 1),
+                            "ranks": len(group["tp_ranks"]["registered_ranks"])}
+                     for name, group in report["groups"].items()}
+
+
+def noop(limit=None):
+    argv = [str(BIN / "ansible-playbook"), "-i", str(INVENTORY), str(ROOT / "site.yml")]
+    elapsed, out = timed(argv + (["--limit", limit] if limit else []))
+    changed = [line for line in out.splitlines() if " changed=" in line and " changed=0 " not in line]
+    return elapsed, changed
+
+
+def main():
+    timed([str(BIN / "ansible-playbook"), "-i", str(INVENTORY), str(ROOT / "site.yml")])   # converge, untimed
+    fleet_s, fleet_groups = reprovision(GROUPS)
+    alone_s, alone_groups = reprovision([ALONE])
+    noop_fleet_s, changed_fleet = noop()
+    noop_pair_s, changed_pair = noop(ALONE)
+    reprovision_ratio = round(fleet_s / alone_s, 2)
+    noop_ratio = round(noop_fleet_s / noop_pair_s, 2)
+    result = {
+        "benchmark": "fleet scale on the simulated fleet lab: forced reprovision of every group in parallel "
+                     "vs one group alone; no-op site.yml over the fleet vs one pair",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                     text=True, check=False).stdout.strip(),
+        "fleet": {"groups": len(GROUPS), "nodes": 7},
+        "reprovision": {"fleet_seconds": fleet_s, "one_group_seconds": alone_s, "ratio": reprovision_ratio,
+                        "groups": fleet_groups, "alone": alone_groups},
+        "noop_site": {"fleet_seconds": noop_fleet_s, "one_pair_seconds": noop_pair_s, "ratio": noop_ratio,
+                      "changed_lines": changed_fleet + changed_pair},
+        "goal": {"reprovision_ratio_max": GOAL_RATIO, "noop_ratio_max": GOAL_RATIO, "noop_changed": 0},
+        "met": reprovision_ratio <= GOAL_RATIO and noop_ratio <= GOAL_RATIO and not (changed_fleet or changed_pair),
+    }
+    return write_result(RESULT, result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

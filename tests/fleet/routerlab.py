@@ -1,0 +1,175 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet lab and its router, as the router tests (tests/fleet/test_router.py) and bench/bench_router_roll.py
+drive them.
+
+Stdlib only (the benchmark runs it with the system python3). Playbooks run with the checkout's
+.venv/bin/ansible-playbook; the router's state is read fast (every 0.2 s) with `docker exec spark-router` on its
+admin socket and parsed by the collection's plugins/module_utils/haproxy_stat.py.
+"""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = str(ROOT / "inventories" / "lab-fleet" / "hosts.yml")
+ROUTER = "spark-router"
+ROUTER_URL = "http://127.0.0.1:18080"
+BACKEND = "dspark"
+SOCKET = "/run/haproxy/admin.sock"
+MODEL = "deepseek-v4-flash"
+VENV_PLAYBOOK = ROOT / ".venv" / "bin" / "ansible-playbook"
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+_SPEC = importlib.util.spec_from_file_location("dspark_haproxy_stat", ROOT / "plugins" / "module_utils" / "haproxy_stat.py")
+haproxy_stat = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(haproxy_stat)
+_LABSPEC = importlib.util.spec_from_file_location("dspark_labspec", ROOT / "lab" / "labspec.py")
+labspec = importlib.util.module_from_spec(_LABSPEC)
+_LABSPEC.loader.exec_module(labspec)
+
+
+class PlaybookRun:
+    """One ansible-playbook run: exit code, output, seconds, recap {host: {ok, changed, failed}}."""
+
+    def __init__(self, args, rc, out, seconds):
+        self.args, self.rc, self.out, self.seconds = args, rc, out, seconds
+        self.recap = {m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3)), "unreachable": int(m.group(4)),
+                                   "failed": int(m.group(5))} for m in RECAP.finditer(out)}
+
+    def changed(self, host=None):
+        return sum(v["changed"] for h, v in self.recap.items() if host is None or h == host)
+
+    def tail(self, chars=4000):
+        return self.out[-chars:]
+
+
+def playbook(name, *args, timeout=1200, env=None):
+    """Run playbooks/<name> (or a path) against the fleet lab; never raises on a non-zero exit."""
+    path = name if "/" in name else "playbooks/" + name
+    tool = str(VENV_PLAYBOOK) if VENV_PLAYBOOK.exists() else "ansible-playbook"
+    argv = [tool, "-i", INVENTORY, path] + list(args)
+    started = time.monotonic()
+    try:
+        run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
+                             env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", **(env or {})))
+        out, rc = run.stdout + run.stderr, run.returncode
+    except subprocess.TimeoutExpired as err:
+        out = (err.stdout or b"").decode("utf-8", "replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
+        out, rc = out + "\n[timed out after %ss]" % timeout, 124
+    return PlaybookRun(argv, rc, out, time.monotonic() - started)
+
+
+def with_report(name, group, *args, timeout=1200):
+    """router_drain.yml / router_enable.yml for `group` with a JSON report; returns (run, report of the router)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report_file = os.path.join(tmp, "report.json")
+        run = playbook(name, "-e", "router_target_group=" + group, "-e", "router_report_file=" + report_file,
+                       *args, timeout=timeout)
+        report = None
+        if os.path.exists(report_file):
+            with open(report_file, encoding="utf-8") as handle:
+                report = json.load(handle).get(ROUTER)
+    return run, report
+
+
+def router_servers():
+    """The router's servers, read through `docker exec` (fast enough to poll); {} when it does not answer."""
+    script = ('echo "show stat" | socat -t 2 stdio unix-connect:{0}; echo "@@@"; '
+              'echo "show servers state {1}" | socat -t 2 stdio unix-connect:{0}').format(SOCKET, BACKEND)
+    run = subprocess.run(["docker", "exec", ROUTER, "sh", "-c", script], capture_output=True, text=True,
+                         timeout=30, check=False)
+    if run.returncode != 0 or "@@@" not in run.stdout:
+        return {}
+    stat, state = run.stdout.split("@@@\n", 1)
+    try:
+        servers = haproxy_stat.combine(haproxy_stat.parse_stat(stat.strip() + "\n", BACKEND),
+                                       haproxy_stat.parse_servers_state(state, BACKEND))
+    except haproxy_stat.HAProxyError:
+        return {}
+    return {s["name"]: s for s in servers}
+
+
+def wait_router(predicate, timeout, interval=0.2):
+    """Poll router_servers() until predicate(servers) is true; returns (servers, seconds) or (servers, None)."""
+    started = time.monotonic()
+    while True:
+        servers = router_servers()
+        if servers and predicate(servers):
+            return servers, time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            return servers, None
+        time.sleep(interval)
+
+
+def serving_groups():
+    """The fleet lab's serving groups, by name."""
+    return sorted({n["group"] for n in labspec.spec_for(INVENTORY)["nodes"]})
+
+
+def heads():
+    """Serving group -> its head's container name."""
+    return {n["group"]: n["name"] for n in labspec.spec_for(INVENTORY)["nodes"] if n["rank"] == 0}
+
+
+def fleet_problem():
+    """None when the fleet lab and its router are up and every group is in rotation, else the reason."""
+    status = subprocess.run(["bash", str(ROOT / "lab" / "lab.sh"), "status", "-i", INVENTORY], capture_output=True,
+                            text=True, timeout=180, check=False)
+    if status.returncode != 0:
+        return ("the fleet lab is not up (lab/lab.sh status -i %s: exit %d). Start it: make lab-fleet, then "
+                "ansible-playbook -i %s site.yml" % (INVENTORY, status.returncode, INVENTORY))
+    if ROUTER not in status.stdout:
+        return "the fleet lab has no %s (an older lab): bash lab/lab.sh up -i %s" % (ROUTER, INVENTORY)
+    try:
+        with urllib.request.urlopen(ROUTER_URL + "/v1/models", timeout=10) as resp:
+            models = [m["id"] for m in json.load(resp)["data"]]
+    except (OSError, ValueError, KeyError) as err:
+        return ("the router does not answer on %s/v1/models (%s): run ansible-playbook -i %s site.yml"
+                % (ROUTER_URL, err, INVENTORY))
+    if MODEL not in models:
+        return "the router's /v1/models lists %s, not %s" % (models, MODEL)
+    servers = router_servers()
+    out = sorted(g for g in serving_groups() if not servers.get(g, {}).get("in_rotation"))
+    if out:
+        return ("not every serving group is in rotation at the router (out: %s): run playbooks/status.yml and "
+                "site.yml on the fleet lab, or router_enable.yml" % ", ".join(out))
+    return None
+
+
+def roll_group(group, log=print):
+    """Drain `group`, restart it (serve.yml --limit, forced), enable it. Returns its timings and outcome."""
+    result = {"group": group}
+    drain, drain_report = with_report("router_drain.yml", group)
+    result["drain"] = {"rc": drain.rc, "seconds": round(drain.seconds, 2), "report": drain_report}
+    log("%s: drain rc=%d in %.1fs (waited %s s for %s open session(s))" % (
+        group, drain.rc, drain.seconds, (drain_report or {}).get("waited_seconds"),
+        (drain_report or {}).get("sessions_at_start")))
+    if drain.rc != 0:
+        result["error"] = "drain failed: " + drain.tail(1500)
+        return result
+    serve = playbook("serve.yml", "--limit", group, "-e", "serve_force_restart=true")
+    result["serve"] = {"rc": serve.rc, "seconds": round(serve.seconds, 2)}
+    log("%s: serve.yml rc=%d in %.1fs" % (group, serve.rc, serve.seconds))
+    if serve.rc != 0:
+        result["error"] = "serve.yml failed: " + serve.tail(1500)
+        return result
+    enable, enable_report = with_report("router_enable.yml", group)
+    result["enable"] = {"rc": enable.rc, "seconds": round(enable.seconds, 2), "report": enable_report}
+    log("%s: enable rc=%d in %.1fs" % (group, enable.rc, enable.seconds))
+    if enable.rc != 0:
+        result["error"] = "enable failed: " + enable.tail(1500)
+        return result
+    # Out of rotation: from the drain being set (the drain play's start) to the server being ready again.
+    result["out_of_rotation_seconds"] = round(enable_report["finished_at"] - drain_report["started_at"], 2)
+    result["drained_at"] = drain_report["finished_at"]
+    result["enable_started_at"] = enable_report["started_at"]
+    return result

@@ -1,0 +1,276 @@
+"""The router (roles/router, playbooks/router*.yml) on the SIMULATED fleet lab, through its published port.
+
+Needs the fleet lab up and converged with its router (make lab-fleet; ansible-playbook -i
+inventories/lab-fleet/hosts.yml site.yml). Skipped otherwise with the reason, unless DSPARK_LAB_REQUIRED=1
+makes that a failure. Every test leaves every group in rotation. Run: make routertest (about 10-15 min on 2 cores).
+
+- the role converges idempotently, check mode changes nothing and an API key never appears in the output;
+- optional TLS from a certificate and key (key file 0600, never shown), then removed again;
+- the drain refuses to take out the last group in rotation, says so when its bound is hit, and rejects
+  unknown groups; status reads every server;
+- Test A: while a bounded load runs, every group in turn is drained, restarted (serve.yml, forced) and enabled:
+  zero failed requests, every answer complete, no request sent to a group while it was out;
+- Test B: a group killed outright is taken out by the health check within a stated bound, requests sent after
+  the kill succeed, and it comes back into rotation once served again.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+
+import loadclient
+import routerlab as lab
+
+# Health check: inter 2s, fastinter 1s, fall 2, timeout 2s -> a dead group is out after at most
+# 2 + 1 + 2 = 5 s (plus the poll): this is the bound Test B holds it to.
+REMOVAL_BOUND_SECONDS = 8.0
+RATE = 4.0
+SECRET = "sk-dspark-router-test-do-not-print-3c1f"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fleet_ready():
+    problem = lab.fleet_problem()
+    if problem is None:
+        return
+    if os.environ.get("DSPARK_LAB_REQUIRED") == "1":
+        pytest.fail(problem, pytrace=False)
+    pytest.skip(problem)
+
+
+@pytest.fixture
+def all_back():
+    """Whatever a test did, every group is back in rotation afterwards."""
+    yield
+    for group in lab.serving_groups():
+        if not lab.router_servers().get(group, {}).get("in_rotation"):
+            lab.playbook("router_enable.yml", "-e", "router_target_group=" + group)
+    servers, dummy = lab.wait_router(lambda s: all(s.get(g, {}).get("in_rotation") for g in lab.serving_groups()), 60)
+    assert all(servers.get(g, {}).get("in_rotation") for g in lab.serving_groups()), servers
+
+
+def assert_ok(run, what):
+    assert run.rc == 0, "%s: exit %d\n%s" % (what, run.rc, run.tail())
+
+
+# --------------------------------------------------------------------------- the role
+
+def test_role_is_idempotent_and_check_mode_changes_nothing():
+    first = lab.playbook("router.yml")
+    assert_ok(first, "router.yml")
+    second = lab.playbook("router.yml")
+    assert_ok(second, "router.yml (second run)")
+    assert second.changed(lab.ROUTER) == 0, second.tail()
+    check = lab.playbook("router.yml", "--check", "--diff")
+    assert_ok(check, "router.yml --check")
+    assert check.changed(lab.ROUTER) == 0, check.tail()
+
+
+def test_config_is_root_only_and_the_socket_local():
+    out = subprocess.run(["docker", "exec", lab.ROUTER, "sh", "-c",
+                          "stat -c '%a %U %G' /etc/haproxy/haproxy.cfg /run/haproxy/admin.sock; "
+                          "haproxy -c -q -f /etc/haproxy/haproxy.cfg && echo valid; "
+                          "grep -E '^ *(stats socket|bind|retry-on|option redispatch|timeout (client|server))' "
+                          "/etc/haproxy/haproxy.cfg"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout.splitlines()
+    assert out[0] == "600 root root" and out[1].startswith("600 root ")
+    assert out[2] == "valid"
+    config = "\n".join(out[3:])
+    assert "stats socket /run/haproxy/admin.sock mode 600 level admin" in config
+    assert "bind 0.0.0.0:8080" in config and config.count("bind ") == 1        # no stats or TCP admin listener
+    assert "retry-on conn-failure" in config and "option redispatch 1" in config
+    assert "timeout client 1800s" in config and "timeout server 1800s" in config
+
+
+def test_api_key_is_never_shown_and_goes_into_the_health_check():
+    """With a key, the config changes (check mode: nothing written) and the key appears nowhere in the output."""
+    run = lab.playbook("router.yml", "--check", "--diff", "-v", "-e", "router_api_key=" + SECRET)
+    assert_ok(run, "router.yml --check with a key")
+    assert SECRET not in run.out
+    assert run.changed(lab.ROUTER) >= 1, run.tail()
+    on_disk = subprocess.run(["docker", "exec", lab.ROUTER, "grep", "-c", "Authorization", "/etc/haproxy/haproxy.cfg"],
+                             capture_output=True, text=True, timeout=30, check=False)
+    assert on_disk.stdout.strip() == "0"                                # check mode wrote nothing
+    # For real: the health check sends it (the lab's groups have no key, so they accept any), nothing shows it.
+    try:
+        run = lab.playbook("router.yml", "--diff", "-v", "-e", "router_api_key=" + SECRET)
+        assert_ok(run, "router.yml with a key")
+        assert SECRET not in run.out
+        on_disk = subprocess.run(["docker", "exec", lab.ROUTER, "sh", "-c",
+                                  "grep -c \"hdr Authorization 'Bearer %s'\" /etc/haproxy/haproxy.cfg" % SECRET],
+                                 capture_output=True, text=True, timeout=30, check=False)
+        assert on_disk.stdout.strip() == "1"
+        servers, waited = lab.wait_router(lambda s: all(x["check_status"] == "L7OK" and x["in_rotation"]
+                                                        for x in s.values()), 30)
+        assert waited is not None, servers
+    finally:
+        assert_ok(lab.playbook("router.yml"), "router.yml without the key")
+
+
+def test_tls_from_certificate_and_key(tmp_path, all_back):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "2", "-subj", "/CN=spark-router"], capture_output=True, check=True, timeout=60)
+    key_text = key.read_text()
+    key_marker = key_text.splitlines()[1]                               # a line of the key's base64
+    extra = tmp_path / "tls.json"
+    extra.write_text(json.dumps({"router_tls_certificate": cert.read_text(), "router_tls_key": key_text}))
+    try:
+        run = lab.playbook("router.yml", "--diff", "-v", "-e", "@" + str(extra))
+        assert_ok(run, "router.yml with TLS")
+        assert key_marker not in run.out
+        probe = subprocess.run(
+            ["docker", "exec", lab.ROUTER, "sh", "-c",
+             "stat -c '%a %U' /etc/haproxy/dspark-tls/router.pem /etc/haproxy/dspark-tls; "
+             "curl -sk --max-time 10 https://127.0.0.1:8443/v1/models; echo; "
+             "curl -s --max-time 10 -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/v1/models"],
+            capture_output=True, text=True, timeout=60, check=False).stdout.splitlines()
+        assert probe[0] == "600 root" and probe[1] == "700 root"
+        assert json.loads(probe[2])["data"][0]["id"] == lab.MODEL
+        assert probe[3] == "200"                                        # plain HTTP stays (router_port)
+        again = lab.playbook("router.yml", "-e", "@" + str(extra))
+        assert again.rc == 0 and again.changed(lab.ROUTER) == 0, again.tail()
+    finally:
+        back = lab.playbook("router.yml")
+        assert_ok(back, "router.yml without TLS")
+    gone = subprocess.run(["docker", "exec", lab.ROUTER, "test", "-e", "/etc/haproxy/dspark-tls/router.pem"],
+                          timeout=30, check=False)
+    assert gone.returncode == 1
+
+
+# --------------------------------------------------------------------------- the playbooks
+
+def test_status_reads_every_server(tmp_path):
+    report = tmp_path / "status.json"
+    run = lab.playbook("router_status.yml", "-e", "router_report_file=" + str(report))
+    assert_ok(run, "router_status.yml")
+    servers = {s["name"]: s for s in json.loads(report.read_text())[lab.ROUTER]["servers"]}
+    assert sorted(servers) == lab.serving_groups()
+    assert all(s["in_rotation"] and s["healthy"] and s["admin"] == "ready" for s in servers.values()), servers
+    heads = lab.heads()
+    spec = {n["name"]: n for n in lab.labspec.spec_for(lab.INVENTORY)["nodes"]}
+    assert {g: (s["address"], s["port"]) for g, s in servers.items()} == \
+        {g: (spec[heads[g]]["mgmt_ip"], 8888) for g in servers}
+
+
+def test_unknown_group_and_missing_group_are_refused():
+    run = lab.playbook("router_drain.yml", "-e", "router_target_group=pair_z")
+    assert run.rc != 0 and "router_target_group=\"pair_z\" is not a serving group behind spark-router" in run.out
+    run = lab.playbook("router_enable.yml")
+    assert run.rc != 0 and "Name the group: -e router_target_group=<group>" in run.out
+
+
+def test_refuses_to_drain_the_last_group_in_rotation(all_back):
+    groups = lab.serving_groups()
+    for group in groups[:-1]:
+        assert_ok(lab.playbook("router_drain.yml", "-e", "router_target_group=" + group), "drain " + group)
+    last = groups[-1]
+    run = lab.playbook("router_drain.yml", "-e", "router_target_group=" + last)
+    assert run.rc != 0
+    assert "Refusing to drain %s on spark-router: it is the last group in rotation" % last in run.out
+    assert lab.router_servers()[last]["in_rotation"]                    # nothing changed
+    for group in groups[:-1]:
+        assert_ok(lab.playbook("router_enable.yml", "-e", "router_target_group=" + group), "enable " + group)
+
+
+def test_drain_says_when_its_bound_is_hit(all_back):
+    """A request whose body never finishes keeps a session open: the drain waits 2 s, then fails and says so."""
+    held = socket.create_connection(("127.0.0.1", 18080), timeout=10)
+    try:
+        held.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: router\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"model\": ")
+        servers, dummy = lab.wait_router(lambda s: any(x["sessions"] > 0 for x in s.values()), 10)
+        busy = [g for g, s in servers.items() if s["sessions"] > 0]
+        assert busy, servers
+        run, report = lab.with_report("router_drain.yml", busy[0], "-e", "router_drain_timeout=2")
+        assert run.rc != 0
+        assert "Drain bound hit: %s still has 1 open session(s) on spark-router after 2 s" % busy[0] in run.out
+        assert report["bound_hit"] is True and report["sessions_left"] == 1
+        assert lab.router_servers()[busy[0]]["admin"] == "drain"        # it stays drained
+        run = lab.playbook("router_drain.yml", "-e", "router_target_group=" + busy[0], "-e", "router_drain_timeout=1",
+                           "-e", "router_drain_on_timeout=continue")
+        assert run.rc == 0 and "DRAIN BOUND HIT" in run.out
+    finally:
+        held.close()
+    assert_ok(lab.playbook("router_enable.yml", "-e", "router_target_group=" + busy[0]), "enable " + busy[0])
+
+
+# --------------------------------------------------------------------------- Test A: rolling reprovision
+
+def test_rolling_reprovision_loses_no_request(all_back):
+    groups = lab.serving_groups()
+    # The bound: RATE per second for at most 20 minutes; the load is stopped a few seconds after the roll.
+    load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 1200), rate=RATE).start()
+    time.sleep(10)                                                     # steady state first
+    rolled = []
+    try:
+        for group in groups:
+            result = lab.roll_group(group)
+            rolled.append(result)
+            assert "error" not in result, result
+    finally:
+        time.sleep(5)
+        load.stop()
+        records = load.wait(timeout=180)
+    summary = loadclient.summarize(records)
+    print(json.dumps({"summary": summary, "groups": [{k: r.get(k) for k in ("group", "out_of_rotation_seconds")}
+                                                     for r in rolled]}, indent=1))
+    assert summary["sent"] >= 60, summary
+    assert summary["failed"] == 0, summary["failures"]
+    assert summary["incomplete"] == 0 and summary["streams_complete"] == summary["streams"], summary
+    assert set(summary["by_group"]) == set(groups), summary["by_group"]
+    # No request was sent to a group between the end of its drain and the start of its enable.
+    for result in rolled:
+        strays = [r["index"] for r in records if r["group"] == result["group"]
+                  and result["drained_at"] < r["started"] < result["enable_started_at"]]
+        assert strays == [], (result["group"], strays)
+        assert result["drain"]["report"]["bound_hit"] is False
+
+
+# --------------------------------------------------------------------------- Test B: a group killed outright
+
+def test_killed_group_is_taken_out_by_the_health_check(all_back):
+    victim = "pair_b"
+    head = lab.heads()[victim]
+    load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 600), rate=RATE).start()
+    try:
+        time.sleep(5)
+        killed_at = time.time()
+        subprocess.run(["docker", "exec", head, "docker", "stop", "dspark-vllm"], capture_output=True, check=True,
+                       timeout=60)
+        stopped_at = time.time()
+        servers, removal = lab.wait_router(lambda s: not s[victim]["in_rotation"], 30, interval=0.1)
+        removed_at = time.time()
+        assert removal is not None, servers
+        print("%s killed: out of rotation %.2f s after `docker stop` was issued (%.2f s after it returned); "
+              "last check %s" % (victim, removed_at - killed_at, removed_at - stopped_at, servers[victim]["check_status"]))
+        assert removed_at - killed_at <= REMOVAL_BOUND_SECONDS
+        time.sleep(10)                                                  # requests keep flowing without it
+        restore = lab.playbook("serve.yml", "--limit", victim)
+        assert_ok(restore, "serve.yml --limit " + victim)
+        served_at = time.time()
+        servers, back = lab.wait_router(lambda s: s[victim]["in_rotation"], 60, interval=0.2)
+        assert back is not None, servers
+        print("%s back in rotation %.2f s after serve.yml returned" % (victim, time.time() - served_at))
+        time.sleep(5)
+    finally:
+        load.stop()
+        records = load.wait(timeout=180)
+    summary = loadclient.summarize(records)
+    # Requests open on the victim when its process died are cut: no router can finish them, and they are not
+    # retried (it may have generated part of them). The process dies somewhere between `docker stop` being issued
+    # and returning. Every request sent after that succeeds: the refused connections are retried on another group.
+    cut = [r for r in records if not r["ok"] and r["started"] < stopped_at]
+    after = [r for r in records if r["started"] >= stopped_at]
+    failed_after = [r for r in after if not r["ok"]]
+    print(json.dumps({"summary": {k: v for k, v in summary.items() if k != "failures"}, "cut_at_kill": len(cut),
+                      "cut": [{k: r[k] for k in ("index", "stream", "group", "error")} for r in cut],
+                      "sent_after_kill": len(after)}, indent=1))
+    assert failed_after == [], failed_after[:5]
+    assert all(r["group"] in (victim, None) for r in cut), cut
+    assert len(after) > 40
+    assert any(r["group"] == victim and r["started"] > served_at for r in records), "no request reached it again"
