@@ -165,22 +165,30 @@ def _network(problems, where, var, value, fix):
     return net
 
 
-def _node_vars(problems, host, hv):
-    """Check one host's own variables; returns the parsed ones (None where invalid)."""
+def _ssh_vars(problems, host, hv, example):
+    """Check what every lab container needs to be reached: its name, ansible_host, ansible_port.
+
+    Returns (raw_port, port); port is None where invalid."""
     if not _HOSTNAME_RE.match(host):
         problems.add(host, 'inventory_hostname', host, 'is not usable as a container and host name',
-                     'use lower-case letters, digits and dashes (e.g. spark-a0)')
+                     'use lower-case letters, digits and dashes (e.g. %s)' % example)
     where_host = hv.get('ansible_host')
     if where_host is not None and str(where_host) not in LOOPBACK:
         problems.add(host, 'ansible_host', where_host, 'is not the loopback address the lab publishes SSH on',
                      'set ansible_host: 127.0.0.1 (lab inventories only)')
-    raw_port = _literal(problems, host, hv, 'ansible_port', 'the lab publishes each node\'s sshd on 127.0.0.1:<ansible_port>',
+    raw_port = _literal(problems, host, hv, 'ansible_port', 'the lab publishes each host\'s sshd on 127.0.0.1:<ansible_port>',
                         'give every host of the lab its own ansible_port in %d-%d' % (PORT_MIN, PORT_MAX))
     port = _int(raw_port) if raw_port is not None else None
     if raw_port is not None and (port is None or not PORT_MIN <= port <= PORT_MAX):
         problems.add(host, 'ansible_port', raw_port, 'is not a port in %d-%d' % (PORT_MIN, PORT_MAX),
                      'choose a free TCP port in %d-%d' % (PORT_MIN, PORT_MAX))
         port = None
+    return raw_port, port
+
+
+def _node_vars(problems, host, hv):
+    """Check one host's own variables; returns the parsed ones (None where invalid)."""
+    raw_port, port = _ssh_vars(problems, host, hv, 'spark-a0')
     raw_rank = _literal(problems, host, hv, 'dspark_rank', 'every node needs its rank in the group',
                         'set 0 on the head and 1..N-1 on the workers')
     rank = _int(raw_rank) if raw_rank is not None else None
@@ -206,20 +214,7 @@ def _node_vars(problems, host, hv):
 
 def _router_vars(problems, host, hv):
     """Check one router's own variables: name, SSH port, published ports."""
-    if not _HOSTNAME_RE.match(host):
-        problems.add(host, 'inventory_hostname', host, 'is not usable as a container and host name',
-                     'use lower-case letters, digits and dashes (e.g. spark-router)')
-    where_host = hv.get('ansible_host')
-    if where_host is not None and str(where_host) not in LOOPBACK:
-        problems.add(host, 'ansible_host', where_host, 'is not the loopback address the lab publishes SSH on',
-                     'set ansible_host: 127.0.0.1 (lab inventories only)')
-    raw_port = _literal(problems, host, hv, 'ansible_port', 'the lab publishes each host\'s sshd on 127.0.0.1:<ansible_port>',
-                        'give every host of the lab its own ansible_port in %d-%d' % (PORT_MIN, PORT_MAX))
-    port = _int(raw_port) if raw_port is not None else None
-    if raw_port is not None and (port is None or not PORT_MIN <= port <= PORT_MAX):
-        problems.add(host, 'ansible_port', raw_port, 'is not a port in %d-%d' % (PORT_MIN, PORT_MAX),
-                     'choose a free TCP port in %d-%d' % (PORT_MIN, PORT_MAX))
-        port = None
+    raw_port, port = _ssh_vars(problems, host, hv, 'spark-router')
     raw_publish = hv.get('lab_published_ports', [])
     publish = []
     fix = 'write a list of "HOSTPORT:CONTAINERPORT" strings, e.g. ["18080:8080"] (published on 127.0.0.1 only)'
