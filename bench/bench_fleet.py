@@ -9,6 +9,7 @@ Needs `make lab-fleet` and a converged fleet (it converges once first, untimed).
 """
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -19,7 +20,8 @@ from benchlib import machine, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = pathlib.Path(sys.executable).parent
-INVENTORY = ROOT / "inventories" / "lab-fleet" / "hosts.yml"
+# BENCH_FLEET_INVENTORY: a renamed copy of the fleet lab (other host names, ports, subnets) beside the real one.
+INVENTORY = pathlib.Path(os.environ.get("BENCH_FLEET_INVENTORY", ROOT / "inventories" / "lab-fleet" / "hosts.yml"))
 RESULT = ROOT / "bench" / "results" / "fleet_scale.json"
 GROUPS = ["pair_a", "pair_b", "trio_c"]
 ALONE = "pair_a"
@@ -70,7 +72,8 @@ def main():
         "machine": machine(),
         "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                      text=True, check=False).stdout.strip(),
-        "fleet": {"groups": len(GROUPS), "nodes": 7},
+        "fleet": {"groups": len(GROUPS), "nodes": 7, "inventory": INVENTORY.parent.name,
+                  "note": "SIMULATED fleet lab (containers, the vLLM simulator)"},
         "reprovision": {"fleet_seconds": fleet_s, "one_group_seconds": alone_s, "ratio": reprovision_ratio,
                         "groups": fleet_groups, "alone": alone_groups},
         "noop_site": {"fleet_seconds": noop_fleet_s, "one_pair_seconds": noop_pair_s, "ratio": noop_ratio,
