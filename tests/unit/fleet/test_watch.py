@@ -1,6 +1,7 @@
 """watch: backoff and cap as pure functions, and the supervisor's decisions from recorded check results
 (a fake runner plays the events a check, a log collection or a restart would send; no Ansible, no lab)."""
 
+import json
 import os
 import types
 
@@ -89,15 +90,16 @@ class FakeRunner:
         return RunResult(status=status, rc=0 if status == "successful" else 2)
 
 
-def make_watch(tmp_path, script, groups=("g",), policy=POLICY, now=None):
-    args = types.SimpleNamespace(extra_vars=["@x.yml"], parallel=1)
+def make_watch(tmp_path, script, groups=("g",), policy=POLICY, now=None, routers=(), no_router=False):
+    args = types.SimpleNamespace(extra_vars=["@x.yml"], parallel=1, no_router=no_router)
+    inv = types.SimpleNamespace(hosts_of=lambda group: list(routers) if group == "dspark_router" else [])
 
     def spec(ident, folder, playbook, limit, extra):
         return RunSpec(ident=ident, playbook=os.path.join(str(tmp_path), playbook), inventory="inv",
                        project_dir=str(tmp_path), artifacts_dir=folder, private_dir=str(tmp_path), limit=limit,
                        args=extra)
 
-    ctx = types.SimpleNamespace(groups=list(groups), args=args, artifacts=str(tmp_path / "art"), spec=spec)
+    ctx = types.SimpleNamespace(groups=list(groups), args=args, artifacts=str(tmp_path / "art"), spec=spec, inv=inv)
     clock = now or types.SimpleNamespace(t=1000.0)
     runner = FakeRunner(script)
     said = []
@@ -238,3 +240,82 @@ def test_a_rescued_status_failure_does_not_decide_when_tp_ranks_proves_the_group
         events.feed(event)
     verdict = watch.judge_run(RunResult(status="failed", rc=2), events)
     assert verdict["ok"] is False and "exited 137" in verdict["summary"] and verdict["diagnosis"][0]["rank"] == 1
+
+
+# --------------------------------------------------------------------------- with a router
+
+
+def router_calls(runner):
+    return [(c[0], c[1], json.loads(c[3][-1])) for c in runner.calls if c[1] in ("drain", "enable")]
+
+
+def test_a_broken_group_leaves_the_router_while_it_is_restarted(tmp_path):
+    w, runner, said, clock = make_watch(tmp_path, {
+        ("g", "check"): [("failed", tp_failed())],
+        (None, "drain"): [("successful", [])],
+        ("g", "logs"): [("successful", [])],
+        ("g", "restart"): [("successful", tp_ok())],
+        (None, "enable"): [("successful", [])],
+    }, routers=["router-1"])
+    w.round(1)
+    assert actions(tmp_path) == ["check", "drain", "logs", "restart", "enable"]
+    assert router_calls(runner) == [
+        (None, "drain", {"router_target_group": "g", "router_drain_timeout": 0, "router_drain_on_timeout": "continue"}),
+        (None, "enable", {"router_target_group": "g"})]
+    assert w.states["g"]["drained"] is None and w.health == {"g": "ok"}
+    assert "g: taken out of the router's rotation while it is broken" in said
+    assert "g: back in the router's rotation" in said
+
+
+def test_a_crash_loop_is_drained_once_and_stays_out(tmp_path):
+    w, runner, said, clock = make_watch(tmp_path, {
+        ("g", "check"): [("failed", tp_failed())] * 3,
+        (None, "drain"): [("successful", [])],
+        ("g", "logs"): [("successful", [])] * 3,
+        ("g", "restart"): [("failed", tp_failed())] * 3,
+    }, routers=["router-1"], policy=watch.Policy(max_restarts=1, window_s=3600, backoff_base_s=1, backoff_max_s=1))
+    for step in range(3):
+        clock.t += 100
+        w.round(step + 1)
+    assert actions(tmp_path) == ["check", "drain", "logs", "restart", "check", "give_up", "check", "failed"]
+    assert w.states["g"]["drained"] is not None                 # stays out of rotation while failed
+
+
+def test_a_group_drained_by_the_supervisor_goes_back_once_it_serves(tmp_path):
+    w, runner, said, clock = make_watch(tmp_path, {("g", "check"): [("successful", tp_ok())] * 2,
+                                                   (None, "enable"): [("failed", task_failed("health check"))
+                                                                      , ("successful", [])]},
+                                        routers=["router-1"])
+    w.record("drain", "g", ok=True)
+    w.round(1)
+    assert actions(tmp_path)[-1] == "enable" and w.states["g"]["drained"] is not None   # failed: tried again
+    w.round(2)
+    assert actions(tmp_path) == ["drain", "check", "enable", "check", "enable"]
+    assert w.states["g"]["drained"] is None
+
+
+def test_a_group_drained_by_hand_is_left_drained(tmp_path):
+    w, runner, said, clock = make_watch(tmp_path, {("g", "check"): [("successful", tp_ok())]}, routers=["router-1"])
+    w.round(1)
+    assert actions(tmp_path) == ["check"] and router_calls(runner) == []
+
+
+def test_a_refused_drain_is_journaled_and_the_restart_goes_on(tmp_path):
+    w, runner, said, clock = make_watch(tmp_path, {
+        ("g", "check"): [("failed", tp_failed())],
+        (None, "drain"): [("failed", task_failed("Refusing to drain g on router-1: it is the last group in rotation"))],
+        ("g", "logs"): [("successful", [])],
+        ("g", "restart"): [("successful", tp_ok())],
+    }, routers=["router-1"])
+    w.round(1)
+    records = journal.read(str(tmp_path / "journal.jsonl"))
+    assert [r["action"] for r in records] == ["check", "drain", "logs", "restart"]
+    assert records[1]["ok"] is False and "last group in rotation" in records[1]["summary"]
+
+
+def test_no_router_leaves_the_router_alone(tmp_path):
+    w, runner, said, clock = make_watch(tmp_path, {
+        ("g", "check"): [("failed", tp_failed())], ("g", "logs"): [("successful", [])],
+        ("g", "restart"): [("successful", tp_ok())]}, routers=["router-1"], no_router=True)
+    w.round(1)
+    assert actions(tmp_path) == ["check", "logs", "restart"]

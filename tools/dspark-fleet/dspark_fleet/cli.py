@@ -14,7 +14,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from . import __version__, fingerprint, inventory, locks, progress, report, resume, runner_exec, watch
+from . import __version__, fingerprint, inventory, locks, progress, report, resume, rolling, runner_exec, watch
 from .orchestrator import Fleet, GroupRun, default_judge
 from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED, OK, RUNNING, SKIPPED, SUCCESS, Scheduler
 
@@ -92,6 +92,18 @@ def build_parser():
     rep.add_argument("--tags", help="only this phase (passed to ansible-playbook; preflight always runs)")
     rep.add_argument("--resume", metavar="REPORT",
                      help="skip groups that converged in REPORT with the same inputs fingerprint; redo the rest")
+    rep.add_argument("--rolling", action="store_true",
+                     help="through the router (group %s): drain each group, wait for its requests, reprovision, "
+                          "prove, put it back, then the next; a group that fails stays out of rotation"
+                          % rolling.ROUTER_GROUP)
+    rep.add_argument("--max-unavailable", type=_int_at_least(1), default=None, metavar="M",
+                     help="with --rolling: groups out of rotation at once, failed ones included (default 1); "
+                          "at least one group always stays in rotation")
+    rep.add_argument("--drain-timeout", type=_int_at_least(0), default=None, metavar="S",
+                     help="with --rolling: the longest wait for a drained group's open requests (router_drain_timeout)")
+    rep.add_argument("--on-drain-timeout", choices=rolling.ON_DRAIN_TIMEOUT, default=None,
+                     help="with --rolling: when requests are still open at that bound, put the group back untouched "
+                          "and count it failed (fail, the default) or reprovision it anyway, cutting them (continue)")
 
     stat = sub.add_parser("status", parents=[common], allow_abbrev=False,
                           help="playbooks/status.yml per group: every rank's container, image and the API, as one "
@@ -125,6 +137,9 @@ def add_watch_parser(sub, common):
                      help="wait S, 2S, 4S ... after each restart that did not keep the group serving (30)")
     wat.add_argument("--backoff-max", type=_positive_float, default=3600.0, metavar="S", help="the longest wait (3600)")
     wat.add_argument("--journal", metavar="PATH", help="JSON-lines journal (default <state dir>/journal.jsonl)")
+    wat.add_argument("--no-router", action="store_true",
+                     help="leave the router (group %s) alone: do not take a broken group out of rotation"
+                          % rolling.ROUTER_GROUP)
 
 
 def redacted_argv(argv):
@@ -200,6 +215,7 @@ class Context:
         except fingerprint.ExtraVarsError as exc:
             raise UsageError(str(exc)) from None
         self.tags = getattr(args, "tags", None)
+        self.rolling = self._rolling_runner(args, argv)
         self.code = fingerprint.code_digest(self.project_dir)
         self.fingerprints = dict(
             (g, fingerprint.group_fingerprint(g, self.inv.member_vars(g), self.extra_digest, self.tags, self.code))
@@ -223,6 +239,8 @@ class Context:
                 "tags": self.tags,
                 "check": self.subcommand == "plan",
                 "resume": os.path.abspath(args.resume) if getattr(args, "resume", None) else None,
+                "rolling": self.rolling is not None,
+                "max_unavailable": self.max_unavailable,
             },
             "extra_vars": {"count": len(args.extra_vars), "sha256": self.extra_digest},
         }
@@ -230,6 +248,33 @@ class Context:
         self.meta = {"command": self.command, "inventory": self.inventory, "project_dir": self.project_dir,
                      "code_sha256": self.code, "artifacts_dir": self.artifacts, "started": self.started,
                      "finished": None, "interrupted": False, "stop_reason": None, "preflight": None}
+
+    def _rolling_runner(self, args, argv):
+        """The RollingRunner of --rolling (None without it), after checking the options against the inventory."""
+        self.max_unavailable = None
+        if not getattr(args, "rolling", False):
+            given = [o for o in ("--max-unavailable", "--drain-timeout", "--on-drain-timeout")
+                     if getattr(args, o[2:].replace("-", "_"), None) is not None]
+            if given:
+                raise UsageError("%s only apply with --rolling" % ", ".join(given))
+            return None
+        if any(a == "--parallel" or a.startswith("--parallel=") for a in argv):
+            raise UsageError("--rolling takes its parallelism from --max-unavailable, not --parallel")
+        routers = self.inv.hosts_of(rolling.ROUTER_GROUP)
+        if not routers:
+            raise UsageError("--rolling needs the router: the inventory has no host in group %s (playbooks/router.yml "
+                             "sets it up); without it, reprovision without --rolling" % rolling.ROUTER_GROUP)
+        self.max_unavailable = args.max_unavailable or 1
+        if self.max_unavailable >= len(self.inv.groups):
+            raise UsageError(
+                "--max-unavailable %d would leave no group in rotation: the router serves %d group(s) (%s). Use at "
+                "most %d" % (self.max_unavailable, len(self.inv.groups), ", ".join(self.inv.groups),
+                             len(self.inv.groups) - 1) if len(self.inv.groups) > 1 else
+                "--rolling needs at least two serving groups behind the router, the inventory has one (%s): "
+                "reprovision it without --rolling (it will stop serving)" % self.inv.groups[0])
+        return rolling.RollingRunner(runner_exec.run_playbook, self.project_dir, extra_vars=args.extra_vars,
+                                     drain_timeout=args.drain_timeout,
+                                     on_drain_timeout=args.on_drain_timeout or "fail")
 
     def prepare_artifacts(self):
         try:
@@ -323,8 +368,9 @@ def group_entries(ctx, runs, skips=None, skip_previous=None):
                         run.run_result.status, run.run_result.rc, (": " + tail) if tail else "")
                 if error is None and result == CANCELLED:
                     error = "cancelled (%s)" % (ctx.meta.get("stop_reason") or "stopped")
+            rotation = ctx.rolling.rotation.get(group) if ctx.rolling is not None else None
             entries[group] = report.group_entry(
-                group, result, events=run.events, started=run.started, finished=run.finished,
+                group, result, events=run.events, started=run.started, finished=run.finished, rotation=rotation,
                 runner=({"status": run.run_result.status, "rc": run.run_result.rc} if run.run_result else None),
                 logs={"artifacts_dir": run.spec.artifact_dir, "stdout": run.spec.stdout_path},
                 memory_kib=run.memory_kib, error=error, **common)
@@ -434,6 +480,9 @@ def print_summary(ctx, entries):
             line += " " + entry["skip_reason"]
         elif entry["result"] in (CONVERGED, OK):
             line += " changed %d" % entry["changed"]
+        rotation = entry.get("rotation")
+        if rotation:
+            line += "; " + report.rotation_text(rotation)
         print(line)
         if entry["result"] in (FAILED, CANCELLED) and entry.get("logs"):
             print("  %-*s log: %s" % (width, "", entry["logs"]["stdout"]))
@@ -508,9 +557,17 @@ def cmd_reprovision(ctx, interrupts, prog):
             ctx.meta["stop_reason"] = interrupts.reason or "the global validation was %s" % result
             ctx.meta["interrupted"] = bool(interrupts.count)
             return finish(ctx, entries, EXIT_FAILED)
-    scheduler = Scheduler(to_run, parallel=ctx.args.parallel, canary=ctx.args.canary, max_failed=ctx.args.max_failed)
+    if ctx.rolling is not None:
+        # A failed group stays out of rotation: it keeps its slot of --max-unavailable.
+        scheduler = Scheduler(to_run, parallel=ctx.max_unavailable, canary=ctx.args.canary,
+                              max_failed=ctx.args.max_failed, hold_failed=True)
+        prog.message("rolling through the router: at most %d group(s) out of rotation at once" % ctx.max_unavailable)
+    else:
+        scheduler = Scheduler(to_run, parallel=ctx.args.parallel, canary=ctx.args.canary,
+                              max_failed=ctx.args.max_failed)
     # Each group's run holds the group's lock (shared with `watch`), waiting while the supervisor holds it.
-    guarded = locks.locked_runner(locks.state_dir(ctx.args.state_dir), runner_exec.run_playbook, "reprovision",
+    guarded = locks.locked_runner(locks.state_dir(ctx.args.state_dir), ctx.rolling or runner_exec.run_playbook,
+                                  "reprovision",
                                   on_wait=lambda g, h: prog.message("%s: waiting for its lock (%s)" % (
                                       g, locks.describe(h))))
     runs = run_groups(ctx, to_run, interrupts, prog, CONVERGED, PLAYBOOKS["reprovision"], scheduler, skips,

@@ -116,7 +116,8 @@ class GroupEvents:
             if self.first_time is None:
                 self.first_time = when
             self.last_time = when
-        if self.pid is None and isinstance(event.get("pid"), int):
+        # A rolling group runs several playbooks: the pid is the latest ansible-playbook's.
+        if isinstance(event.get("pid"), int) and (self.pid is None or kind == "playbook_on_start"):
             self.pid = event["pid"]
         if kind and kind.startswith("runner_") and data.get("host"):
             self.host_seen[data["host"]] = self.events

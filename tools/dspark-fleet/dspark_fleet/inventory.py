@@ -71,6 +71,11 @@ class Inventory:
         if not self.groups:
             raise InventoryError("group '%s' has no child groups: no serving group to work on" % parent)
         self.members = dict((g, _hosts_of(data, g)) for g in self.groups)
+        self._data = data
+
+    def hosts_of(self, group):
+        """Every host of an inventory group (children included), [] when there is no such group."""
+        return _hosts_of(self._data, group)
 
     def vars_of(self, host):
         return self.hostvars.get(host) or {}

@@ -30,6 +30,8 @@ ACTIONS = {
     "failed": "the group is marked failed; nothing done (reason)",
     "recovered": "a group marked failed serves again (fixed by hand): its failed mark is cleared",
     "error": "the supervisor could not run a playbook (msg)",
+    "drain": "the broken group was taken out of the router's rotation: ok true/false, summary",
+    "enable": "the group serves again and was put back in the router's rotation: ok true/false, summary",
 }
 
 
@@ -83,7 +85,7 @@ def read(path):
 
 def new_state():
     return {"restarts": [], "failed": None, "last_failure": None, "diagnosis": None, "last_check": None,
-            "last_ok": None, "attempts": 0}
+            "last_ok": None, "attempts": 0, "drained": None}
 
 
 def fold(state, record):
@@ -107,6 +109,10 @@ def fold(state, record):
                 state["diagnosis"] = record["diagnosis"]
     elif action in ("give_up", "needs_reboot"):
         state["failed"] = {"time": when, "reason": record.get("reason")}
+    elif action == "drain" and record.get("ok"):
+        state["drained"] = when                 # drained by the supervisor: it alone puts the group back
+    elif action == "enable" and record.get("ok"):
+        state["drained"] = None
     elif action == "recovered":
         state["failed"] = None
         state["attempts"] = 0

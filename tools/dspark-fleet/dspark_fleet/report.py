@@ -49,7 +49,7 @@ def short_image(image):
 
 
 def group_entry(name, result, fingerprint, members, model, revision, events=None, started=None, finished=None,
-                runner=None, logs=None, memory_kib=None, skip_reason=None, previous=None, error=None):
+                runner=None, logs=None, memory_kib=None, skip_reason=None, previous=None, error=None, rotation=None):
     """One group of the report. `events` is the group's GroupEvents (None when it never ran)."""
     entry = {
         "result": result,
@@ -73,6 +73,8 @@ def group_entry(name, result, fingerprint, members, model, revision, events=None
         "logs": logs,
         "controller_memory_peak_kib": memory_kib,
     }
+    if rotation is not None:
+        entry["rotation"] = rotation_view(rotation)
     if events is not None:
         phases = events.phases_view()
         for phase in phases.values():
@@ -97,6 +99,33 @@ def group_entry(name, result, fingerprint, members, model, revision, events=None
         entry["failure"] = {"summary": error, "tp_ranks": None, "failed_tasks": [], "final_task": None,
                             "more_failures": 0}
     return entry
+
+
+def rotation_view(rotation):
+    """--rolling: the group at the router (times of the drain as ISO)."""
+    view = dict(rotation)
+    if view.get("drain"):
+        drain = dict(view["drain"])
+        drain["started_at"] = iso(drain.get("started_at"))
+        drain["finished_at"] = iso(drain.get("finished_at"))
+        view["drain"] = drain
+    return view
+
+
+def rotation_text(rotation):
+    """One line: how long the group was out of rotation, or why it is still out."""
+    parts = []
+    drain = rotation.get("drain") or {}
+    if drain.get("bound_hit"):
+        parts.append("drain bound hit (%s open session(s) after %s s)" % (drain.get("sessions_left"),
+                                                                        drain.get("waited_s")))
+    if rotation.get("back_in_rotation"):
+        parts.append("out of rotation %s s" % rotation.get("out_of_rotation_s"))
+    elif rotation.get("left_out"):
+        parts.append("LEFT OUT OF ROTATION")
+    if rotation.get("note"):
+        parts.append(rotation["note"])
+    return ", ".join(parts) or "not drained"
 
 
 def status_view(events):
@@ -282,6 +311,8 @@ def _group_section(name, group, subcommand):
     logs = group.get("logs") or {}
     if logs:
         out.append("- log: `%s` (artifacts `%s`)" % (logs.get("stdout"), logs.get("artifacts_dir")))
+    if group.get("rotation"):
+        out.append("- router: %s" % rotation_text(group["rotation"]))
     if group.get("controller_memory_peak_kib"):
         out.append("- controller memory peak (ansible-playbook): %.0f MiB" % (group["controller_memory_peak_kib"] / 1024.0))
     phases = group.get("phases") or {}

@@ -7,7 +7,8 @@ The fleet loop asks `take()` for the groups it may start now, starts them, and r
 - nothing starts once `max_failed` groups failed;
 - the first `canary` groups (in order) run first; the others start only after every canary converged,
   and never when one of them did not;
-- at most `parallel` groups run at the same time.
+- at most `parallel` groups run at the same time; with `hold_failed` (rolling: a failed group stays out of the
+  router's rotation) a failed group keeps its slot, and nothing starts once every slot is held.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ SUCCESS = (CONVERGED, OK, SKIPPED)
 class Scheduler:
     """Order, limits and gates of one fleet run over `groups` (names, in the order they should start)."""
 
-    def __init__(self, groups, parallel=1, canary=0, max_failed=None):
+    def __init__(self, groups, parallel=1, canary=0, max_failed=None, hold_failed=False):
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
         if canary < 0:
@@ -41,6 +42,7 @@ class Scheduler:
         self.parallel = parallel
         self.canaries = self.order[:canary]
         self.max_failed = max_failed
+        self.hold_failed = hold_failed
         self.pending = list(self.order)
         self.running = []
         self.results = {}
@@ -72,6 +74,10 @@ class Scheduler:
             return self.stop_reason
         if self.max_failed is not None and self.failed_count() >= self.max_failed:
             return "max-failed reached: %d group(s) failed (--max-failed %d)" % (self.failed_count(), self.max_failed)
+        if self.hold_failed and self.failed_count() >= self.parallel:
+            failed = [g for g in self.order if self.results.get(g) == FAILED]
+            return "max-unavailable reached: %s failed and stay(s) out of rotation (--max-unavailable %d)" % (
+                ", ".join(failed), self.parallel)
         if self.canaries and all(c in self.results for c in self.canaries):
             bad = [c for c in self.canaries if self.results[c] not in SUCCESS]
             if bad:
@@ -88,7 +94,7 @@ class Scheduler:
         """The groups to start now (moved from pending to running); [] when none may start yet or ever."""
         if self.blocked() is not None:
             return []
-        room = self.parallel - len(self.running)
+        room = self.parallel - len(self.running) - (self.failed_count() if self.hold_failed else 0)
         chosen = self._eligible()[:max(room, 0)]
         for group in chosen:
             self.pending.remove(group)

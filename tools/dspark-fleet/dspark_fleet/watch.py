@@ -8,7 +8,11 @@
    wait (exponential backoff), give up (the cap: at most N restarts in a window), or nothing (already failed);
 4. a restart first collects every rank's logs (playbooks/logs.yml --limit <group>), then restarts the group
    as one unit by the normal start path (playbooks/serve.yml --limit <group> -e serve_force_restart=true);
-   a start that fails with the memory guard's "needs a reboot" is never retried.
+   a start that fails with the memory guard's "needs a reboot" is never retried;
+5. with a router (inventory group dspark_router, unless --no-router), a broken group is first taken out of
+   rotation (playbooks/router_drain.yml, no wait: its requests are not being served anyway), and put back
+   (playbooks/router_enable.yml) once it serves again. Only a group the supervisor drained is put back: a
+   group drained by hand stays as it is.
 
 Every action goes to the journal (journal.py); the state of each group is rebuilt from the journal at start,
 so a restarted service keeps counting restarts and backoff.
@@ -17,6 +21,7 @@ so a restarted service keeps counting restarts and backoff.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import shutil
 import threading
@@ -24,7 +29,7 @@ import time
 from dataclasses import dataclass
 
 from . import journal as journal_mod
-from . import locks, runner_exec
+from . import locks, rolling, runner_exec
 from .events import GroupEvents
 
 VERIFY = "playbooks/verify.yml"
@@ -147,6 +152,7 @@ class Watch:
         self.stopper = Stopper()
         self.states = journal_mod.summarize(journal.read(), ctx.groups)
         self.health = {}          # group -> "ok" | "broken" | "failed" | "locked" after the last round
+        self.router = not getattr(ctx.args, "no_router", False) and bool(ctx.inv.hosts_of(rolling.ROUTER_GROUP))
         self.lock = threading.Lock()
 
     def state(self, group):
@@ -160,12 +166,12 @@ class Watch:
                 journal_mod.fold(self.states.setdefault(group, journal_mod.new_state()), record)
         return record
 
-    def play(self, group, folder, ident, playbook, extra):
+    def play(self, group, folder, ident, playbook, extra, limit=True):
         args = []
         for value in self.ctx.args.extra_vars:
             args += ["-e", value]
         args += extra
-        spec = self.ctx.spec(ident, folder, playbook, group, args)
+        spec = self.ctx.spec(ident, folder, playbook, group if limit else None, args)
         events = GroupEvents()
         result = self.runner(spec, event_handler=events.feed, cancel_callback=self.stopper.event.is_set)
         return judge_run(result, events), spec
@@ -216,13 +222,16 @@ class Watch:
         if action == OK:
             self.health[group] = "ok"
             self.say("%s: serving" % group)
+            self.put_back(group, folder)
             return
         if action == RECOVERED:
             self.record("recovered", group)
             self.health[group] = "ok"
             self.say("%s: serves again: its failed mark is cleared" % group)
+            self.put_back(group, folder)
             return
         self.say("%s: NOT serving: %s" % (group, check["summary"]))
+        self.take_out(group, folder)
         if action == FAILED:
             self.record("failed", group, reason=detail)
             self.health[group] = "failed"
@@ -257,6 +266,7 @@ class Watch:
         if result["ok"]:
             self.health[group] = "ok"
             self.say("%s: serving again after %.0f s" % (group, self.clock() - started))
+            self.put_back(group, folder)
             return
         self.say("%s: the restart failed: %s" % (group, result["summary"]))
         if reboot:
@@ -265,6 +275,32 @@ class Watch:
             self.say("%s: a node needs a reboot: not retried; the group is marked failed" % group)
             return
         self.health[group] = "broken"
+
+    def take_out(self, group, folder):
+        """Drain a broken group at the router (once: the journal remembers), without waiting for its sessions."""
+        if not self.router or self.state(group).get("drained") or self.stopper.event.is_set():
+            return
+        extra = {"router_target_group": group, "router_drain_timeout": 0, "router_drain_on_timeout": "continue"}
+        result, spec = self.play(group, folder, "drain", rolling.DRAIN, ["-e", json.dumps(extra)], limit=False)
+        self.record("drain", group, ok=result["ok"], summary=result["summary"],
+                    log=None if result["ok"] else spec.stdout_path)
+        if result["ok"]:
+            self.say("%s: taken out of the router's rotation while it is broken" % group)
+        else:
+            self.say("%s: could not be taken out of the router's rotation: %s" % (group, result["summary"]))
+
+    def put_back(self, group, folder):
+        """Put a group the supervisor drained back in rotation (the router waits for its health check)."""
+        if not self.router or not self.state(group).get("drained") or self.stopper.event.is_set():
+            return
+        extra = {"router_target_group": group}
+        result, spec = self.play(group, folder, "enable", rolling.ENABLE, ["-e", json.dumps(extra)], limit=False)
+        self.record("enable", group, ok=result["ok"], summary=result["summary"],
+                    log=None if result["ok"] else spec.stdout_path)
+        if result["ok"]:
+            self.say("%s: back in the router's rotation" % group)
+        else:
+            self.say("%s: still out of the router's rotation: %s" % (group, result["summary"]))
 
     def sleep(self, seconds):
         self.stopper.event.wait(max(0.0, seconds))
@@ -328,6 +364,8 @@ def print_journal_summary(groups, path, out=print, now=None, window_s=6 * 3600.0
             mark = "broken"
         else:
             mark = "-"
+        if state.get("drained"):
+            mark += " (out of the router's rotation)"
         failure = state["last_failure"]
         rows.append([group, mark, str(len(restarts_in_window(state["restarts"], now, window_s))),
                      "%s %s" % (journal_mod.iso(failure["time"]), failure["summary"] or "") if failure else "-",
