@@ -116,10 +116,10 @@ routertest: venv
 supervisortest: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -v -s -p no:cacheprovider tests/fleet/test_supervisor.py
 
-# The fleet-lab suites on ONE fleet lab brought up here and taken down afterwards; test_fleet.py (the fleet
-# driver, in CI) converges it with dspark-fleet. All of them, in file order (fleet, router, supervisor: about
-# 35 min on 2 cores, too long for CI's budget today): make fleettest FLEET_SUITES=tests/fleet
-FLEET_SUITES ?= tests/fleet/test_fleet.py
+# The fleet-lab suites (fleet driver, router, supervisor) on ONE fleet lab brought up here and taken down
+# afterwards, in file order: test_fleet.py converges the fleet with dspark-fleet, test_router.py sets up the
+# router and rolls every group through it, test_supervisor.py breaks groups. One suite: FLEET_SUITES=tests/fleet/test_router.py
+FLEET_SUITES ?= tests/fleet
 .PHONY: fleettest
 fleettest: prereqs-lab venv
 	$(MAKE) --no-print-directory lab-fleet

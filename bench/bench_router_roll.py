@@ -1,10 +1,10 @@
 """Requests through the fleet lab's router during a rolling reprovision of every group: goal 0 failed.
 
 A steady-state load first (STEADY_SECONDS at RATE requests/s, half streamed), then the same load during the roll:
-each serving group in turn is drained at the router (playbooks/router_drain.yml), restarted
-(playbooks/serve.yml --limit <group> -e serve_force_restart=true) and put back (playbooks/router_enable.yml).
-Records requests sent and failed, incomplete answers, p50/p99 latency of both phases, and per group the time
-it spent out of rotation (drain set -> ready again), the drain's wait and the restart time.
+`dspark-fleet reprovision --rolling -e '{"serve_force_restart": true}'` drains each serving group in turn at the
+router, reprovisions it (site.yml --limit <group>), proves it (tp_ranks) and puts it back.
+Records requests sent and failed, incomplete answers, p50/p99 latency of both phases, and per group (from the
+fleet report) the time it spent out of rotation (drain set -> back in rotation), the drain's wait and each phase.
 
 Needs the fleet lab up and converged with its router (make lab-fleet; ansible-playbook -i
 inventories/lab-fleet/hosts.yml site.yml). Without it: prints why and exits 0 without a result
@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "tests" / "fleet"))
 
 import loadclient  # noqa: E402  pylint: disable=wrong-import-position
 import routerlab as lab  # noqa: E402  pylint: disable=wrong-import-position
+import fleetlab  # noqa: E402  pylint: disable=wrong-import-position
 from benchlib import machine, write_result  # noqa: E402  pylint: disable=wrong-import-position
 
 RESULT = ROOT / "bench" / "results" / "router_roll.json"
@@ -57,16 +58,13 @@ def main():
     steady_seconds = time.monotonic() - started
 
     groups = lab.serving_groups()
+    artifacts = ROOT / ".dspark-fleet" / ("bench-roll-%d" % time.time())
     load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 1800), rate=RATE).start()
     roll_started = time.monotonic()
     time.sleep(5)
-    rolled = []
     try:
-        for group in groups:
-            result = lab.roll_group(group)
-            rolled.append(result)
-            if "error" in result:
-                break
+        rc, out = fleetlab.fleet("reprovision", "-i", lab.INVENTORY, "--rolling", "--plain", "--artifacts", artifacts,
+                                 "-e", '{"serve_force_restart": true}')
     finally:
         time.sleep(5)
         load.stop()
@@ -74,23 +72,24 @@ def main():
     roll_seconds = time.monotonic() - roll_started
     roll = loadclient.summarize(roll_records)
     del steady_records
+    doc = fleetlab.report(artifacts / "report.json")
 
     per_group = []
-    for result in rolled:
-        drain = (result.get("drain") or {}).get("report") or {}
+    for group in groups:
+        entry = doc["groups"][group]
+        rotation = entry.get("rotation") or {}
+        drain = rotation.get("drain") or {}
         per_group.append({
-            "group": result["group"],
-            "out_of_rotation_s": result.get("out_of_rotation_seconds"),
-            "drain_wait_s": drain.get("waited_seconds"),
+            "group": group,
+            "result": entry["result"],
+            "out_of_rotation_s": rotation.get("out_of_rotation_s"),
+            "drain_wait_s": drain.get("waited_s"),
             "sessions_at_drain": drain.get("sessions_at_start"),
             "drain_bound_hit": drain.get("bound_hit"),
-            "drain_playbook_s": (result.get("drain") or {}).get("seconds"),
-            "serve_restart_s": (result.get("serve") or {}).get("seconds"),
-            "enable_playbook_s": (result.get("enable") or {}).get("seconds"),
-            "enable_health_wait_s": ((result.get("enable") or {}).get("report") or {}).get("waited_seconds"),
-            "error": (result.get("error") or "")[-500:] or None,
+            "phases_s": {k: v["duration_s"] for k, v in entry["phases"].items()},
+            "error": (entry.get("failure") or {}).get("summary"),
         })
-    all_rolled = len(rolled) == len(groups) and all("error" not in r for r in rolled)
+    all_rolled = rc == 0 and all(g["result"] == "converged" for g in per_group)
     result = {
         "benchmark": "requests through the fleet lab's router (HAProxy) during a rolling reprovision of every group",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -99,6 +98,7 @@ def main():
                                      text=True, check=False).stdout.strip(),
         "lab": "SIMULATED fleet (inventories/lab-fleet): 3 groups (2+2+3 nodes), simulator at 0.05 s per token "
                "(about 1 s per answer), router spark-router",
+        "roll": "dspark-fleet reprovision --rolling (--max-unavailable 1), site.yml per group, restart forced",
         "load": {"rate_per_s": RATE, "streamed": "every second request", "client": "tests/fleet/loadclient.py",
                  "schedule": "open loop, fixed rate; the roll's load stops 5 s after the last group is back"},
         "steady_state": phase(steady, steady_seconds),

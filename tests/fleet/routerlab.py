@@ -143,33 +143,3 @@ def fleet_problem():
         return ("not every serving group is in rotation at the router (out: %s): run playbooks/status.yml and "
                 "site.yml on the fleet lab, or router_enable.yml" % ", ".join(out))
     return None
-
-
-def roll_group(group, log=print):
-    """Drain `group`, restart it (serve.yml --limit, forced), enable it. Returns its timings and outcome."""
-    result = {"group": group}
-    drain, drain_report = with_report("router_drain.yml", group)
-    result["drain"] = {"rc": drain.rc, "seconds": round(drain.seconds, 2), "report": drain_report}
-    log("%s: drain rc=%d in %.1fs (waited %s s for %s open session(s))" % (
-        group, drain.rc, drain.seconds, (drain_report or {}).get("waited_seconds"),
-        (drain_report or {}).get("sessions_at_start")))
-    if drain.rc != 0:
-        result["error"] = "drain failed: " + drain.tail(1500)
-        return result
-    serve = playbook("serve.yml", "--limit", group, "-e", "serve_force_restart=true")
-    result["serve"] = {"rc": serve.rc, "seconds": round(serve.seconds, 2)}
-    log("%s: serve.yml rc=%d in %.1fs" % (group, serve.rc, serve.seconds))
-    if serve.rc != 0:
-        result["error"] = "serve.yml failed: " + serve.tail(1500)
-        return result
-    enable, enable_report = with_report("router_enable.yml", group)
-    result["enable"] = {"rc": enable.rc, "seconds": round(enable.seconds, 2), "report": enable_report}
-    log("%s: enable rc=%d in %.1fs" % (group, enable.rc, enable.seconds))
-    if enable.rc != 0:
-        result["error"] = "enable failed: " + enable.tail(1500)
-        return result
-    # Out of rotation: from the drain being set (the drain play's start) to the server being ready again.
-    result["out_of_rotation_seconds"] = round(enable_report["finished_at"] - drain_report["started_at"], 2)
-    result["drained_at"] = drain_report["finished_at"]
-    result["enable_started_at"] = enable_report["started_at"]
-    return result

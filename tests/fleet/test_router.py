@@ -8,8 +8,9 @@ makes that a failure. Every test leaves every group in rotation. Run: make route
 - optional TLS from a certificate and key (key file 0600, never shown), then removed again;
 - the drain refuses to take out the last group in rotation, says so when its bound is hit, and rejects
   unknown groups; status reads every server;
-- Test A: while a bounded load runs, every group in turn is drained, restarted (serve.yml, forced) and enabled:
-  zero failed requests, every answer complete, no request sent to a group while it was out;
+- Test A: while a bounded load runs, `dspark-fleet reprovision --rolling` takes every group in turn out of rotation,
+  reprovisions it (site.yml, restart forced), proves it and puts it back: zero failed requests, every answer
+  complete, no request sent to a group while it was out, the time out of rotation of each group in the report;
 - Test B: a group killed outright is taken out by the health check within a stated bound, requests sent after
   the kill succeed, and it comes back into rotation once served again.
 """
@@ -19,9 +20,11 @@ import os
 import socket
 import subprocess
 import time
+from datetime import datetime
 
 import pytest
 
+import fleetlab
 import loadclient
 import routerlab as lab
 
@@ -34,6 +37,8 @@ SECRET = "sk-dspark-router-test-do-not-print-3c1f"
 
 @pytest.fixture(scope="module", autouse=True)
 def fleet_ready():
+    # dspark-fleet reprovisions groups (--limit <group>): the router's own play is playbooks/router.yml.
+    lab.playbook("router.yml")
     problem = lab.fleet_problem()
     if problem is None:
         return
@@ -201,34 +206,47 @@ def test_drain_says_when_its_bound_is_hit(all_back):
 
 # --------------------------------------------------------------------------- Test A: rolling reprovision
 
-def test_rolling_reprovision_loses_no_request(all_back):
+def epoch(stamp):
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_rolling_reprovision_loses_no_request(all_back, tmp_path):
     groups = lab.serving_groups()
-    # The bound: RATE per second for at most 20 minutes; the load is stopped a few seconds after the roll.
-    load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 1200), rate=RATE).start()
+    # The bound: RATE per second for at most 25 minutes; the load is stopped a few seconds after the roll.
+    load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 1500), rate=RATE).start()
     time.sleep(10)                                                     # steady state first
-    rolled = []
     try:
-        for group in groups:
-            result = lab.roll_group(group)
-            rolled.append(result)
-            assert "error" not in result, result
+        rc, out = fleetlab.fleet("reprovision", "-i", lab.INVENTORY, "--rolling", "--plain", "--artifacts",
+                                 tmp_path / "roll", "-e", '{"serve_force_restart": true}')
     finally:
         time.sleep(5)
         load.stop()
         records = load.wait(timeout=180)
+    assert rc == 0, out[-4000:]
+    doc = fleetlab.report(tmp_path / "roll" / "report.json")
     summary = loadclient.summarize(records)
-    print(json.dumps({"summary": summary, "groups": [{k: r.get(k) for k in ("group", "out_of_rotation_seconds")}
-                                                     for r in rolled]}, indent=1))
+    print(json.dumps({"summary": summary, "out_of_rotation_s": {g: doc["groups"][g]["rotation"]["out_of_rotation_s"]
+                                                                for g in groups}}, indent=1))
     assert summary["sent"] >= 60, summary
     assert summary["failed"] == 0, summary["failures"]
     assert summary["incomplete"] == 0 and summary["streams_complete"] == summary["streams"], summary
     assert set(summary["by_group"]) == set(groups), summary["by_group"]
-    # No request was sent to a group between the end of its drain and the start of its enable.
-    for result in rolled:
-        strays = [r["index"] for r in records if r["group"] == result["group"]
-                  and result["drained_at"] < r["started"] < result["enable_started_at"]]
-        assert strays == [], (result["group"], strays)
-        assert result["drain"]["report"]["bound_hit"] is False
+    windows = []
+    for group in groups:
+        entry = doc["groups"][group]
+        assert entry["result"] == "converged" and entry["tp_ranks"]["ok"], entry.get("failure")
+        rotation = entry["rotation"]
+        assert rotation["back_in_rotation"] and not rotation["left_out"] and rotation["out_of_rotation_s"] > 0
+        assert rotation["drain"]["bound_hit"] is False
+        drained_at = epoch(rotation["drain"]["finished_at"])
+        enable_started = epoch(entry["phases"]["router_enable"]["started"])
+        windows.append((group, epoch(rotation["drain"]["started_at"]), epoch(entry["phases"]["router_enable"]["ended"])))
+        # No request was sent to a group between the end of its drain and the start of its enable.
+        strays = [r["index"] for r in records if r["group"] == group and drained_at < r["started"] < enable_started]
+        assert strays == [], (group, strays)
+    # One group out at a time: each was back before the next was drained.
+    for (first, dummy, back), (second, drained, dummy2) in zip(windows, windows[1:]):
+        assert back <= drained, (first, second)
 
 
 # --------------------------------------------------------------------------- Test B: a group killed outright

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+import routerlab
+
 from supervisorlab import (INVENTORY, chat, docker, fabric_name_after_reboot, faulty_inventory, journal, kill_rank, node_docker_up,
                            rank_state, run_fleet, serve_playbook, start_fleet, wait_for)
 
@@ -32,8 +34,16 @@ def watch(state, *args, inventory=INVENTORY, timeout=1500):
 
 
 def restore(group=GROUP):
+    """Serving again and, when the supervisor left it drained at the router, back in rotation."""
     rc, out = serve_playbook("--limit", group)
     assert rc == 0, out[-3000:]
+    if not routerlab.router_servers().get(group, {}).get("in_rotation"):
+        run = routerlab.playbook("router_enable.yml", "-e", "router_target_group=" + group)
+        assert run.rc == 0, run.tail()
+
+
+def in_rotation(group=GROUP):
+    return routerlab.router_servers().get(group, {}).get("in_rotation")
 
 
 def actions(state, group=GROUP):
@@ -53,8 +63,11 @@ def test_a_killed_worker_rank_is_restored_by_watch(state):
     assert rc == 0, out[-4000:]
     assert took < RECOVERY_BOUND_S
     records = actions(state)
-    assert [r["action"] for r in records] == ["check", "logs", "restart"], records
-    check, logs, restart = records
+    # The lab has a router: the broken group leaves its rotation while it is restarted, then goes back.
+    assert [r["action"] for r in records] == ["check", "drain", "logs", "restart", "enable"], records
+    check, drain, logs, restart, enable = records
+    assert drain["ok"] and enable["ok"], (drain, enable)
+    assert in_rotation()
     assert check["ok"] is False and check["summary"], check
     assert WORKER in json.dumps(check), check                    # the journal says which rank broke it
     assert logs["ok"] and restart["ok"] and restart["attempt"] == 1 and restart["because"] == check["summary"]
@@ -76,6 +89,8 @@ def test_a_rank_that_crashes_on_every_start_stops_at_the_cap(state, tmp_path):
         assert seq[-1] in ("give_up", "failed"), seq
         give_up = [r for r in actions(state) if r["action"] == "give_up"][0]
         assert "cap 2" in give_up["reason"], give_up
+        assert seq.count("drain") == 1 and "enable" not in seq, seq
+        assert not in_rotation() and routerlab.router_servers()[GROUP]["admin"] == "drain"   # a failed group stays out
         assert all(not r["ok"] for r in actions(state) if r["action"] == "restart")
         # the status table shows the group failed, with its restarts, from the journal
         rc, out = run_fleet("status", "-i", INVENTORY, "--groups", GROUP, "--plain", "--state-dir", state,
@@ -97,8 +112,8 @@ def test_a_rebooted_node_does_not_start_its_rank_alone(state):
     assert rank_state(WORKER)[0] != "running"
     rc, out = watch(state, "--once")
     assert rc == 0, out[-4000:]
-    assert [r["action"] for r in actions(state)] == ["check", "logs", "restart"]
-    assert rank_state(WORKER)[0] == "running"
+    assert [r["action"] for r in actions(state)] == ["check", "drain", "logs", "restart", "enable"]
+    assert rank_state(WORKER)[0] == "running" and in_rotation()
     ok, text = chat(GROUP)
     assert ok, text
 
