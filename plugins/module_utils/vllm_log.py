@@ -33,6 +33,8 @@ _LEAD_RE = re.compile(
     r'(?:\d{4}-\d{2}-\d{2}T[\d:.]+Z?\s)?'
     r'(?:[\w.\-]+\s+\|\s)?'
     r'(?:\s*\((?P<proc>[A-Za-z][\w.\-]*)[^()]*?\bpid=(?P<pid>\d+)[^()]*\)\s?)?'
+    # torch's per-rank prefix of C++ and traceback lines once a process group exists: "[rank0]:".
+    r'(?:\[rank\d+\]:\s?)?'
     r'(?:.{0,40}?\b(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:\.\d+)?\s+'
     r'\[?(?P<file>[^\s\]]+?):(?P<fileline>\d+)\]\s?)?')
 
@@ -91,6 +93,12 @@ _FIX_NCCL = ('Usually one literal NCCL_IB_GID_INDEX shared by both nodes or stal
 _FIX_MEMORY = ('Lower --gpu-memory-utilization (GPU_MEMORY_UTILIZATION), --max-model-len or --max-num-seqs / '
                '--max-cudagraph-capture-size, and free unified memory (other containers, earlyoom).')
 _FIX_PEER = 'A peer rank or the fabric went away: look at the other ranks\' logs for the root cause.'
+_FIX_GID = ('Give every node its own NCCL_IB_GID_INDEX (the RoCE v2 GID of the fabric IP: `show_gids`, or '
+            'NCCL_IB_GID_AUTO=1 / a per-node WORKER_NCCL_IB_GID_INDEX; it changes after a reboot or an address '
+            'change) and NCCL_IB_HCA naming the ConnectX port that carries the fabric IP on that node; check the '
+            'link (ibv_devinfo: PORT_ACTIVE) and the MTU on both ends.')
+_FIX_ARGS = ('TP x PP (x DP) must be divisible by --nnodes, --node-rank must be 0..nnodes-1 and distinct per node, '
+             '--distributed-executor-backend mp, no --api-server-count with --headless.')
 
 # Order matters: the first matching signature claims a line, so the more
 # specific ones come first. `needles` are cheap substring pre-filters (any).
@@ -197,6 +205,30 @@ SIGNATURES = (
     _sig('nccl_remote_error', 'nccl_remote_error', 'network', 'fatal', ('remote process exited',),
          r'remote process exited or there was a network error',
          'NCCL lost a peer: a remote rank exited or the network failed.', _FIX_PEER, root_cause=False),
+    # --- RoCE: wrong GID index or HCA (NCCL src/misc/ibvwrap.cc, src/transport/net_ib*.cc) ---
+    _sig('nccl_ib_modify_qp', 'wrong_gid_or_hca', 'fabric', 'fatal', ('ibv_modify_qp failed',),
+         r'Call to ibv_modify_qp failed with (?P<errno>\d+) (?P<error>[^,]+), on dev (?P<hca>[^\s:]+):(?P<ib_port>\d+), '
+         r'curr state (?P<state>\w+), next state (?P<next_state>\w+), local GID index (?P<gid_index>-?\d+)'
+         r'(?:, local GID (?P<local_gid>\S+?),? remote GID (?P<remote_gid>\S+))?',
+         'The RDMA queue pair on {hca} port {ib_port} could not move {state} -> {next_state} ({error}) with local GID '
+         'index {gid_index} (local GID {local_gid}, remote GID {remote_gid}): the GID index or HCA does not match the '
+         'fabric address on this node or its peer.', _FIX_GID),
+    _sig('nccl_ib_retry_exceeded', 'wrong_gid_or_hca', 'fabric', 'fatal',
+         ('IBV_WC_RETRY_EXC_ERR', 'transport retry counter exceeded', 'with status=12 '),
+         r'(?:Got completion from peer (?P<peer>\S+?) with status=)?(?:IBV_WC_RETRY_EXC_ERR|transport retry counter '
+         r'exceeded|12 )(?:.*?localGid (?P<local_gid>\S+))?(?:.*?remoteGids? ?(?P<remote_gid>\S+))?'
+         r'(?:.*?\bhca (?P<hca>\S+))?',
+         'RDMA sends to peer {peer} were never acknowledged (IBV_WC_RETRY_EXC_ERR, local GID {local_gid}, remote GID '
+         '{remote_gid}, HCA {hca}): the packets leave on a GID/HCA the peer cannot answer (wrong GID index, RoCE v1 '
+         'vs v2, wrong port) or the link/MTU drops them.', _FIX_GID),
+    _sig('nccl_ib_gid_query', 'wrong_gid_or_hca', 'fabric', 'fatal', ('ibv_query_gid failed',),
+         r'Call to ibv_query_gid failed',
+         'NCCL could not read the configured GID on this node\'s HCA (GID index beyond the port\'s table).', _FIX_GID),
+    # INFO level: NCCL falls back to TCP sockets (slow, or fails where NCCL_NET=IB is forced).
+    _sig('nccl_ib_no_device', 'wrong_gid_or_hca', 'fabric', 'warning', ('NET/IB : No device found',),
+         r'NET/IB ?: No device found',
+         'NCCL found no usable RDMA device: NCCL_IB_HCA names a device that does not exist or is down on this node.',
+         _FIX_GID),
     _sig('nccl_ib_reg_mr', 'nccl_ib_error', 'network', 'fatal', ('ibv_reg_mr',),
          r'ibv_reg_mr\w*.*(?:failed|ENOMEM|Cannot allocate memory)',
          'RDMA memory registration failed.',
@@ -206,20 +238,51 @@ SIGNATURES = (
          ('unhandled system error', 'ncclSystemError', 'NCCL error in:'),
          r'NCCL error: unhandled system error|ncclSystemError|DistBackendError: NCCL error in:',
          'NCCL failed to initialise its communicator (system or network error).', _FIX_NCCL),
+    # torch prints "Last error:" alone and the detail on the next line; _diagnose joins the two.
     _sig('nccl_last_error', 'nccl_init_error', 'network', 'fatal', ('Last error:',),
          r'Last error:\s*(?P<detail>\S.*)',
          'NCCL reported: {detail}', _FIX_NCCL),
-    # The text after "Last error:" usually comes on the next line.
-    _sig('nccl_socket_connect', 'nccl_init_error', 'network', 'fatal', ('Connect to',),
-         r'socket\w*Connect: Connect to (?P<peer>\S+?) failed(?:\s*:\s*(?P<reason>.+))?',
+    # NCCL <= 2.26 "socketStartConnect: Connect to A<p> failed : why"; 2.27+ "socketPollConnect: connect to ..."
+    # and 2.29+ "ncclOsSocketStartConnect: connect to A<p> failed : why" (src/misc/socket.cc socketConnectCheck).
+    _sig('nccl_socket_retries_exhausted', 'nccl_connect_failed', 'network', 'fatal', ('exceeded error retry count',),
+         r'(?P<func>\w*[sS]ocket\w*Connect): connect to (?P<peer>\S+?) returned (?P<reason>.+?), exceeded error retry '
+         r'count after (?P<attempts>\d+) attempts',
+         'NCCL gave up connecting to {peer} ({reason}, {attempts} attempts): nothing listens there, so that rank '
+         'exited or never started, or this node picks the wrong interface/address.',
+         'Check that every rank is up, that NCCL_SOCKET_IFNAME (WORKER_NCCL_SOCKET_IFNAME) names the fabric interface '
+         'on both nodes and that no firewall drops the connection; rerun with NCCL_DEBUG=INFO.'),
+    _sig('nccl_socket_connect', 'nccl_connect_failed', 'network', 'fatal', ('Connect to', 'connect to'),
+         r'(?P<func>\w*[sS]ocket\w*Connect): [Cc]onnect to (?P<peer>\S+?) failed(?:\s*:\s*(?P<reason>.+))?',
+         'NCCL could not connect to its peer {peer}: {reason}.',
+         'NCCL_SOCKET_IFNAME must select the fabric interface on every node (not docker0/lo), and the peer address '
+         'must be reachable over the fabric; ' + _FIX_NCCL),
+    _sig('nccl_poll_connect', 'nccl_connect_failed', 'network', 'fatal', ('PollConnect to',),
+         r'(?P<func>\w*[sS]ocketPollConnect) to (?P<peer>\S+?) failed with error (?P<reason>.+)',
          'NCCL could not connect to its peer {peer}: {reason}.', _FIX_NCCL),
+    _sig('nccl_connect_retry', 'nccl_connect_refused', 'network', 'warning', ('retrying (',),
+         r'connect to (?P<peer>\S+?) returned (?P<reason>[^,]+), retrying \((?P<attempt>\d+)/(?P<attempts>\d+)\)',
+         'NCCL is retrying its connection to {peer} ({reason}, attempt {attempt}/{attempts}).',
+         'The peer is not listening yet or this node uses the wrong interface: check NCCL_SOCKET_IFNAME on both '
+         'nodes.'),
     _sig('nccl_other_error', 'nccl_error', 'network', 'fatal', ('NCCL error',),
          r'(?:Error|Exception): NCCL error:? (?P<detail>.+)',
          'NCCL error: {detail}', _FIX_NCCL),
     _sig('nccl_connect_refused', 'nccl_connect_refused', 'network', 'warning', ('returned Connection refused',),
-         r'Call to connect returned Connection refused',
+         r'(?:Call to connect|connect to \S+) returned Connection refused',
          'NCCL bootstrap connect was refused (peer not listening yet or wrong interface).',
          'Check NCCL_SOCKET_IFNAME on both nodes; it must select the fabric interface.'),
+    _sig('collective_timeout', 'collective_timeout', 'process', 'fatal', ('Watchdog caught collective operation timeout',),
+         r'Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)'
+         r'.*?Timeout\(ms\)=(?P<timeout_ms>\d+)\) ran for (?P<ran_ms>\d+) milliseconds',
+         'Collective {op} #{seq} did not complete within {timeout_ms} ms: another rank never joined it (dead, hung '
+         'or behind) or the fabric stalls.',
+         'Find the rank whose log stops earlier or shows an error; if none, the NCCL transport hangs (wrong GID '
+         'index/HCA): ' + _FIX_GID, root_cause=False),
+    _sig('store_key_wait_timeout', 'store_wait_timeout', 'rendezvous', 'fatal', ('wait timeout after',),
+         r'(?:DistStoreError: |got error: )?[Ww]ait timeout after (?P<timeout_ms>\d+)ms(?:, keys: (?P<keys>\S+))?',
+         'This rank waited {timeout_ms} ms for store key {keys}, which another rank (usually rank 0) never wrote.',
+         'Look at the rank that should have written it (rank 0 for the NCCL unique id): it is hung, late or '
+         'failed; start every rank within the distributed timeout.', root_cause=False),
     # Any other NCCL WARN (needs NCCL_DEBUG=WARN/INFO): often names the HCA, GID index or peer.
     _sig('nccl_warn', 'nccl_warning', 'network', 'warning', ('NCCL WARN',),
          r'NCCL WARN (?P<detail>.+)',
@@ -229,9 +292,14 @@ SIGNATURES = (
          ('OutOfMemoryError', 'out of memory', 'NV_ERR_NO_MEMORY', 'cudaErrorMemoryAllocation'),
          r'OutOfMemoryError|CUDA out of memory|NV_ERR_NO_MEMORY|cudaErrorMemoryAllocation',
          'The GPU ran out of memory (load, profiling or graph capture).', _FIX_MEMORY),
-    _sig('free_memory_low', 'insufficient_free_memory', 'memory', 'fatal', ('less than desired GPU memory',),
-         r'Free memory on device .* is less than desired GPU memory utilization',
-         'Less memory is free than --gpu-memory-utilization asks for.',
+    _sig('free_memory_low', 'insufficient_free_memory', 'memory', 'fatal',
+         ('less than desired GPU memory', 'less than the engine\'s budget', 'exceed the desired GPU memory'),
+         r'(?:Free memory on device (?P<device>\S+) \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\)(?: on startup)? '
+         r'is less than (?:desired GPU memory utilization|the engine\'s budget)|Externally held weights on device '
+         r'(?P<ext_device>\S+) \((?P<ext_gib>[\d.]+)/[\d.]+ GiB\) exceed the desired GPU memory utilization)'
+         r'(?: \((?P<utilization>[\d.]+), (?P<requested_gib>[\d.]+) GiB\))?',
+         'Only {free_gib} of {total_gib} GiB are free on {device}, less than --gpu-memory-utilization {utilization} '
+         'asks for ({requested_gib} GiB).',
          'Lower --gpu-memory-utilization (GPU_MEMORY_UTILIZATION) or stop what else uses GPU/unified memory.'),
     _sig('kv_cache_too_small', 'kv_cache_too_small', 'memory', 'fatal',
          ('No available memory for the cache blocks', 'larger than the available KV cache memory'),
@@ -243,14 +311,21 @@ SIGNATURES = (
          r'collective_rpc should not be called on follower node',
          'A node with --node-rank > 0 was started without --headless.',
          'Start ranks 1..N-1 with --headless (no API server on followers).'),
+    _sig('nnodes_not_divisor', 'bad_arguments', 'config', 'fatal', ('must evenly divide the total',),
+         r'`?--nnodes (?P<nnodes>\d+)`? must evenly divide the total world size \((?P<world_size>\d+)\)',
+         'vllm serve refused --nnodes {nnodes}: it does not divide the world size {world_size} (TP x PP x DP).',
+         'Set --nnodes to the number of nodes of the group and --tensor-parallel-size x --pipeline-parallel-size to '
+         'a multiple of it (dspark_tensor_parallel_size / dspark_gpus_per_node).'),
+    _sig('node_rank_out_of_range', 'bad_arguments', 'config', 'fatal', ('--node-rank` must', '--node-rank must'),
+         r'`?--node-rank`? must be between 0 and (?P<max_rank>\d+); got `?--node-rank (?P<node_rank>-?\d+)',
+         'vllm serve refused --node-rank {node_rank}: it must be 0..{max_rank} for this --nnodes.',
+         'Give node r of the group --node-rank r (dspark_rank), 0 on the head, and the same --nnodes everywhere.'),
     _sig('bad_arguments', 'bad_arguments', 'config', 'fatal',
          ('cannot be used with --headless', 'must be divisible by nnodes', 'must be less than nnodes',
           'nnodes > 1 can only be set'),
          r'cannot be used with --headless|must be divisible by nnodes|must be less than nnodes|'
          r'nnodes > 1 can only be set when distributed executor backend',
-         'vllm serve rejected its multi-node arguments.',
-         'TP x PP must be divisible by --nnodes, --node-rank < --nnodes, --distributed-executor-backend mp, '
-         'no --api-server-count with --headless.'),
+         'vllm serve rejected its multi-node arguments.', _FIX_ARGS),
     _sig('model_missing', 'model_missing', 'model', 'fatal',
          ('LocalEntryNotFoundError', 'OfflineModeIsEnabled', 'RepositoryNotFoundError', 'RevisionNotFoundError',
           'GatedRepoError'),
@@ -268,6 +343,11 @@ SIGNATURES = (
          r'RPC call to (?P<method>\w+) timed out',
          'The {method} RPC to the workers timed out (dead or hung rank, or a long JIT).',
          'Check every worker; raise VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (the recipe uses 1800) for mid-serve JIT.'),
+    _sig('engine_core_died', 'engine_dead', 'process', 'fatal', ('Engine core process',),
+         r'Engine core process (?P<proc>\S+) died unexpectedly',
+         'The engine core process {proc} died; the API server shuts down.',
+         'Find the first error above (worker death, NCCL, OOM); check dmesg for the OOM killer; restart the head '
+         'and all workers together.', root_cause=False),
     _sig('engine_dead', 'engine_dead', 'process', 'fatal',
          ('EngineDeadError', 'EngineCore encountered a fatal error', 'engine core exited unexpectedly',
           'Engine core proc', 'output_handler failed'),
@@ -284,8 +364,8 @@ SIGNATURES = (
          'Start-up failed (worker -> engine core -> API server cascade).',
          'The root cause is the first traceback above this line.', root_cause=False),
     _sig('worker_runtime_error', 'worker_error', 'process', 'fatal',
-         ('WorkerProc hit an exception', 'Worker failed with error', 'Executor failed'),
-         r'WorkerProc hit an exception|Worker failed with error|RuntimeError: Executor failed',
+         ('WorkerProc hit an exception', 'Worker failed with error', 'Executor failed', 'WorkerProc failed.'),
+         r'WorkerProc hit an exception|Worker failed with error|RuntimeError: Executor failed|WorkerProc failed\.',
          'A worker failed while serving.', 'See the stack trace above for the root cause.', root_cause=False),
     _sig('shm_broadcast_stall', 'rank_stalled', 'process', 'warning', ('No available shared memory broadcast',),
          r'No available shared memory broadcast block found in (?P<seconds>\d+) seconds',
@@ -459,49 +539,131 @@ def head_ready_markers(text):
     return _ready_markers(_numbered(text))
 
 
+_LAST_ERROR_ALONE_RE = re.compile(r'Last error:\s*$')
+_PEER_GONE_RE = re.compile(r'[Cc]onnection closed by remote peer|[Cc]onnection reset by peer|Broken pipe')
+_INT_DETAILS = ('seconds', 'joined', 'expected', 'port', 'seen', 'rank', 'exit_code', 'timeout', 'next', 'attempts',
+                'attempt', 'gid_index', 'ib_port', 'errno', 'seq', 'timeout_ms', 'ran_ms', 'nnodes', 'world_size',
+                'node_rank', 'max_rank')
+# How far below an NCCL error its "Last error:" detail may come (torch: 2 or 3 lines).
+_DETAIL_WINDOW = 6
+
+
+def _message(line):
+    return line[_lead(line)[3]:]
+
+
+def _logical(numbered):
+    """The lines to match: a "Last error:" alone on its line gets the next non-empty line's message appended."""
+    out = []
+    for index, (lineno, line) in enumerate(numbered):
+        if 'Last error:' in line and _LAST_ERROR_ALONE_RE.search(line):
+            for _next_no, following in numbered[index + 1:index + 4]:
+                detail = _message(following).strip()
+                if detail:
+                    line = line.rstrip() + ' ' + detail
+                    break
+        out.append((lineno, line))
+    return out
+
+
+def _classify(line):
+    """(signature, match) of the first signature claiming the line, or None (traceback frames never count)."""
+    body = None
+    for sig in SIGNATURES:
+        if not any(needle in line for needle in sig['needles']):
+            continue
+        if body is None:
+            body = _is_traceback_body(line)
+        if body:
+            return None
+        match = sig['regex'].search(line)
+        if match:
+            return sig, match
+    return None
+
+
+def _remote_error_context(diag, logical, index, diagnoses):
+    """"remote process exited or there was a network error" names the peer only when the peer really went away.
+
+    The "Last error:" detail below it (or a fabric root cause elsewhere in the same log) tells a peer that closed
+    its connections from a rank whose own connection attempt or RDMA setup failed.
+    """
+    detail = None
+    for _lineno, line in logical[index:index + _DETAIL_WINDOW]:
+        pos = line.find('Last error:')
+        if pos >= 0 and line[pos + len('Last error:'):].strip():
+            detail = line[pos + len('Last error:'):].strip()
+            break
+    if detail is None:
+        message = diag['line']
+        pos = message.find('last error:')
+        if pos >= 0 and message[pos + len('last error:'):].strip():
+            detail = message[pos + len('last error:'):].strip()
+    if detail is not None:
+        diag['details']['detail'] = detail
+    if detail is not None and _PEER_GONE_RE.search(detail):
+        diag['details']['peer_gone'] = True
+        diag['cause'] = ('NCCL lost a peer ({0}): a remote rank exited or the network between the nodes failed.'
+                         .format(detail))
+        return
+    own = None
+    if detail is not None:
+        found = _classify(detail)
+        if found is not None and found[0]['id'] not in ('nccl_remote_error', 'nccl_last_error', 'nccl_warn'):
+            own = found[0]
+        diag['details']['peer_gone'] = False
+        diag['root_cause'] = own is None
+        diag['cause'] = 'NCCL failed on this rank with a network error: {0}'.format(detail)
+        diag['fix'] = own['fix'] if own is not None else _FIX_NCCL
+        return
+    roots = [d for d in diagnoses if d is not diag and d['root_cause'] and d['category'] in ('network', 'fabric')]
+    if roots:
+        diag['details']['peer_gone'] = False
+        diag['cause'] = ('NCCL failed with a network error; this rank\'s own log shows {0} (line {1}): {2}'
+                         .format(roots[0]['code'], roots[0]['lineno'], roots[0]['cause']))
+        diag['fix'] = roots[0]['fix']
+
+
 def _diagnose(numbered):
     diagnoses = []
     by_sig = {}
-    for lineno, line in numbered:
+    remote = []
+    logical = _logical(numbered)
+    for index, (lineno, line) in enumerate(logical):
         if not line:
             continue
-        body = None
-        for sig in SIGNATURES:
-            if not any(needle in line for needle in sig['needles']):
-                continue
-            if body is None:
-                body = _is_traceback_body(line)
-            if body:
-                break
-            match = sig['regex'].search(line)
-            if not match:
-                continue
-            if sig['id'] in by_sig:
-                by_sig[sig['id']]['count'] += 1
-                break
-            details = dict((k, v) for k, v in match.groupdict().items() if v is not None)
-            for key in ('seconds', 'joined', 'expected', 'port', 'seen', 'rank', 'exit_code', 'timeout', 'next'):
-                if key in details and details[key].lstrip('-').isdigit():
-                    details[key] = int(details[key])
-            diag = {
-                'code': sig['code'],
-                'signature': sig['id'],
-                'category': sig['category'],
-                'severity': sig['severity'],
-                'root_cause': sig['root_cause'],
-                'cause': sig['cause'].format_map(_Fmt(details)),
-                'fix': sig['fix'],
-                'details': details,
-                'count': 1,
-                'lineno': lineno,
-                'line': _evidence(line),
-            }
-            if 'port_kind' in sig:
-                diag['details']['port_kind'] = sig['port_kind']
-            by_sig[sig['id']] = diag
-            diagnoses.append(diag)
-            # One diagnosis per line: the table is ordered specific-first.
-            break
+        found = _classify(line)
+        if found is None:
+            continue
+        sig, match = found
+        if sig['id'] in by_sig:
+            by_sig[sig['id']]['count'] += 1
+            continue
+        details = dict((k, v) for k, v in match.groupdict().items() if v is not None)
+        for key in _INT_DETAILS:
+            if key in details and details[key].lstrip('-').isdigit():
+                details[key] = int(details[key])
+        diag = {
+            'code': sig['code'],
+            'signature': sig['id'],
+            'category': sig['category'],
+            'severity': sig['severity'],
+            'root_cause': sig['root_cause'],
+            'cause': sig['cause'].format_map(_Fmt(details)),
+            'fix': sig['fix'],
+            'details': details,
+            'count': 1,
+            'lineno': lineno,
+            'line': _evidence(line),
+        }
+        if 'port_kind' in sig:
+            diag['details']['port_kind'] = sig['port_kind']
+        by_sig[sig['id']] = diag
+        diagnoses.append(diag)
+        if sig['id'] == 'nccl_remote_error':
+            remote.append((diag, index))
+    for diag, index in remote:
+        _remote_error_context(diag, logical, index, diagnoses)
     return diagnoses
 
 

@@ -402,12 +402,13 @@ def test_nccl_error_on_worker_fails_fast(monkeypatch):
     result = run(FakeCluster(containers), monkeypatch)
     assert result["failed"] is True
     assert result["elapsed"] == 3.0
-    assert diag_tuples(result)[0] == ("nccl_init_error", 1, "a-worker")
+    assert diag_tuples(result)[0] == ("wrong_gid_or_hca", 1, "a-worker")
     assert ("container_exited", 0, "a-head") in diag_tuples(result)
     assert ("nccl_remote_error", 0, "a-head") in diag_tuples(result)
-    assert "rank 1 on a-worker: nccl_init_error: NCCL failed to initialise its communicator" in result["msg"]
+    assert "rank 1 on a-worker: wrong_gid_or_hca: The RDMA queue pair on rocep1s0f1 port 1" in result["msg"]
     assert "NCCL_IB_GID_INDEX" in result["diagnosis"][0]["fix"]
-    assert "unhandled system error" in result["diagnosis"][0]["evidence"]
+    assert "local GID index 3" in result["diagnosis"][0]["evidence"]
+    assert ("nccl_init_error", 1, "a-worker") in diag_tuples(result)
     assert any("NCCL error: unhandled system error" in line for line in result["logs"][1])
     assert result["containers"]["a-worker"]["exit_code"] == 1
 
