@@ -39,16 +39,20 @@ def alive_with_argument(text, wait=5.0):
         time.sleep(0.2)
 
 
-def write_inventory(path, groups):
-    """groups: {name: extra group vars}; two local hosts each (<name>-head rank 0, <name>-worker rank 1)."""
+def write_inventory(path, groups, router=False):
+    """groups: {name: extra group vars}; two local hosts each (<name>-head rank 0, <name>-worker rank 1); with
+    `router`, a host router-1 in dspark_router (the fake router playbooks)."""
     children = {}
     for name, extra in groups.items():
         children[name] = {"vars": dict({"dspark_group": name}, **extra),
                           "hosts": {name + "-head": {"dspark_rank": 0}, name + "-worker": {"dspark_rank": 1}}}
-    doc = {"all": {"vars": {"ansible_connection": "local"},
-                   "children": {"dspark": {"vars": {"dspark_model": "org/model", "dspark_model_revision": "f" * 40},
-                                           "children": children}}}}
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    tops = {"dspark": {"vars": {"dspark_model": "org/model", "dspark_model_revision": "f" * 40},
+                       "children": children}}
+    if router:
+        tops["dspark_router"] = {"hosts": {"router-1": {}}}
+    # The fake router playbooks write their report with the copy module: this Python runs it.
+    local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
+    path.write_text(yaml.safe_dump({"all": {"vars": local, "children": tops}}, sort_keys=False))
     return str(path)
 
 

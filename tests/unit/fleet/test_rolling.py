@@ -4,13 +4,12 @@ scheduler's held slots, and the real CLI + ansible-runner on the fake project (f
 import json
 
 import pytest
-import yaml
 
-from dspark_fleet import cli, report, rolling
+from dspark_fleet import report, rolling
 from dspark_fleet.runner_exec import RunResult, RunSpec
 from dspark_fleet.scheduler import CONVERGED, FAILED, Scheduler
 
-jsonschema = pytest.importorskip("jsonschema")
+from test_e2e import load, run_cli, write_inventory
 
 
 # --------------------------------------------------------------------------- RollingRunner, no Ansible
@@ -181,35 +180,8 @@ def test_rotation_text():
 # --------------------------------------------------------------------------- the CLI on the fake project
 
 
-def write_inventory(path, groups, router=True):
-    children = {}
-    for name, extra in groups.items():
-        children[name] = {"vars": dict({"dspark_group": name}, **extra),
-                          "hosts": {name + "-head": {"dspark_rank": 0}, name + "-worker": {"dspark_rank": 1}}}
-    tops = {"dspark": {"vars": {"dspark_model": "org/model", "dspark_model_revision": "f" * 40},
-                       "children": children}}
-    if router:
-        tops["dspark_router"] = {"hosts": {"router-1": {}}}
-    # The fake router playbooks write their report with the copy module: this Python runs it.
-    local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
-    path.write_text(yaml.safe_dump({"all": {"vars": local, "children": tops}},
-                                   sort_keys=False))
-    return str(path)
-
-
-def run_cli(argv, fake_project):
-    return cli.main(argv + ["--project-dir", str(fake_project), "--plain"])
-
-
-def load(path):
-    with open(path, encoding="utf-8") as handle:
-        doc = json.load(handle)
-    jsonschema.validate(doc, report.load_schema())
-    return doc
-
-
 def test_rolling_takes_one_group_at_a_time(tmp_path, fake_project, venv_path, capsys):
-    inv = write_inventory(tmp_path / "hosts.yml", {"g1": {}, "g2": {}, "g3": {}})
+    inv = write_inventory(tmp_path / "hosts.yml", {"g1": {}, "g2": {}, "g3": {}}, router=True)
     code = run_cli(["reprovision", "-i", inv, "--rolling", "--artifacts", str(tmp_path / "a")], fake_project)
     out, err = capsys.readouterr()
     assert code == 0, out + err
@@ -230,7 +202,8 @@ def test_rolling_takes_one_group_at_a_time(tmp_path, fake_project, venv_path, ca
 
 
 def test_rolling_failure_leaves_the_group_out_and_stops(tmp_path, fake_project, venv_path, capsys):
-    inv = write_inventory(tmp_path / "hosts.yml", {"g1": {"fake_fail": "serve"}, "g2": {}, "g3": {}})
+    inv = write_inventory(tmp_path / "hosts.yml", {"g1": {"fake_fail": "serve"}, "g2": {}, "g3": {}},
+                          router=True)
     code = run_cli(["reprovision", "-i", inv, "--rolling", "--artifacts", str(tmp_path / "a")], fake_project)
     out = capsys.readouterr().out
     assert code == 1
@@ -245,7 +218,7 @@ def test_rolling_failure_leaves_the_group_out_and_stops(tmp_path, fake_project, 
 
 def test_rolling_bound_hit_puts_back_and_refusal_changes_nothing(tmp_path, fake_project, venv_path, capsys):
     inv = write_inventory(tmp_path / "hosts.yml", {"g1": {"fake_drain": "sessions=2"}, "g2": {"fake_drain": "refuse"},
-                                                   "g3": {}})
+                                                   "g3": {}}, router=True)
     code = run_cli(["reprovision", "-i", inv, "--rolling", "--max-unavailable", "2", "--max-failed", "3",
                     "--artifacts", str(tmp_path / "a")], fake_project)
     capsys.readouterr()

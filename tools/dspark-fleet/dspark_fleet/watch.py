@@ -278,29 +278,26 @@ class Watch:
 
     def take_out(self, group, folder):
         """Drain a broken group at the router (once: the journal remembers), without waiting for its sessions."""
-        if not self.router or self.state(group).get("drained") or self.stopper.event.is_set():
-            return
-        extra = {"router_target_group": group, "router_drain_timeout": 0, "router_drain_on_timeout": "continue"}
-        result, spec = self.play(group, folder, "drain", rolling.DRAIN, ["-e", json.dumps(extra)], limit=False)
-        self.record("drain", group, ok=result["ok"], summary=result["summary"],
-                    log=None if result["ok"] else spec.stdout_path)
-        if result["ok"]:
-            self.say("%s: taken out of the router's rotation while it is broken" % group)
-        else:
-            self.say("%s: could not be taken out of the router's rotation: %s" % (group, result["summary"]))
+        if self.router and not self.state(group).get("drained"):
+            self._router(group, folder, "drain", rolling.DRAIN, {"router_drain_timeout": 0,
+                                                                "router_drain_on_timeout": "continue"},
+                         "taken out of the router's rotation while it is broken",
+                         "could not be taken out of the router's rotation")
 
     def put_back(self, group, folder):
         """Put a group the supervisor drained back in rotation (the router waits for its health check)."""
-        if not self.router or not self.state(group).get("drained") or self.stopper.event.is_set():
+        if self.router and self.state(group).get("drained"):
+            self._router(group, folder, "enable", rolling.ENABLE, {}, "back in the router's rotation",
+                         "still out of the router's rotation")
+
+    def _router(self, group, folder, action, playbook, extra, done, not_done):
+        if self.stopper.event.is_set():
             return
-        extra = {"router_target_group": group}
-        result, spec = self.play(group, folder, "enable", rolling.ENABLE, ["-e", json.dumps(extra)], limit=False)
-        self.record("enable", group, ok=result["ok"], summary=result["summary"],
+        extra = dict({"router_target_group": group}, **extra)
+        result, spec = self.play(group, folder, action, playbook, ["-e", json.dumps(extra)], limit=False)
+        self.record(action, group, ok=result["ok"], summary=result["summary"],
                     log=None if result["ok"] else spec.stdout_path)
-        if result["ok"]:
-            self.say("%s: back in the router's rotation" % group)
-        else:
-            self.say("%s: still out of the router's rotation: %s" % (group, result["summary"]))
+        self.say("%s: %s" % (group, done) if result["ok"] else "%s: %s: %s" % (group, not_done, result["summary"]))
 
     def sleep(self, seconds):
         self.stopper.event.wait(max(0.0, seconds))
