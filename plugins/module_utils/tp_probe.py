@@ -51,12 +51,17 @@ KEY_LINE_NEEDLES = (
     'init engine (profile',
     'Starting vLLM',
     'Application startup complete.',
+    'vLLM is using nccl==',
 )
 KEY_LINES_MAX = 2000
 
 _FIX_RENDEZVOUS = ('Start every node with the same --nnodes, --master-addr (the head\'s fabric IP, reachable from every '
                    'node) and --master-port, a distinct --node-rank and --headless on ranks > 0; open the master port '
                    'on the head and check the fabric link; start all ranks within the distributed timeout.')
+_FIX_NCCL_HANG = ('NCCL connects the ranks over the fabric after the store rendezvous; a silent hang there is usually a '
+                  'RoCE mismatch on one node: a wrong or shared literal NCCL_IB_GID_INDEX (use NCCL_IB_GID_AUTO=1 or a '
+                  'per-node WORKER_NCCL_IB_GID_INDEX), NCCL_IB_HCA naming the wrong port, or NCCL_SOCKET_IFNAME not '
+                  'selecting the fabric interface; rerun with NCCL_DEBUG=INFO to see the stalled connection.')
 _FIX_RESTART = ('A restarted rank cannot rejoin a running TP group: find the previous boot\'s error, then restart the '
                 'head and all workers together (workers first).')
 
@@ -703,9 +708,12 @@ def timeout_diagnoses(plan, assessment, judgement, timeout, log_sizes=None):
     init_by_rank = dict((i['rank'], i) for i in assessment.get('init_methods') or [])
     warn_by_rank = {}
     for warning in assessment.get('warnings') or []:
-        if warning.get('category') in ('rendezvous', 'network') and not warning.get('previous_boot'):
+        if warning.get('category') in ('rendezvous', 'network', 'fabric') and not warning.get('previous_boot'):
             warn_by_rank.setdefault(warning.get('rank'), warning)
     diags = []
+    started = assessment.get('nccl_started')
+    if missing and started:
+        return _nccl_hang_diagnoses(plan, missing, started, warn_by_rank, timeout)
     if missing:
         # Culprits first: ranks that never dialled the store, then ranks that dialled it and logged
         # trouble, then ranks that dialled it silently; rank 0 hosts the store and only waits for them.
@@ -769,6 +777,23 @@ def timeout_diagnoses(plan, assessment, judgement, timeout, log_sizes=None):
                   'The API serves, but the logs never proved the group: %s.' % ('; '.join(problems) or 'unknown'),
                   'Compare the ranks\' "world_size=... rank=..." lines; every node needs the same --master-addr/'
                   '--master-port and --nnodes.', None)]
+
+
+def _nccl_hang_diagnoses(plan, missing, started, warn_by_rank, timeout):
+    """Missing ranks after rank 0 created its NCCL communicator: NCCL setup hangs, the rendezvous did not."""
+    nodes = plan['rank_nodes']
+    diags = []
+    for rank in missing:
+        node = nodes.get(rank)
+        warning = warn_by_rank.get(rank) or warn_by_rank.get(rank - rank % plan['ranks_per_node'])
+        cause = ('Rank %d on %s passed the rendezvous store (rank 0 on %s logged "vLLM is using nccl==%s", which needs '
+                 'every rank in the store) but the NCCL communicator setup did not finish within %s s: %s'
+                 % (rank, node, started.get('node'), started.get('version'), timeout,
+                    'its log says: %s' % warning['cause'] if warning else
+                    'no error was logged, NCCL waits for a connection that never completes.'))
+        diags.append(_diag('nccl_init_hang', rank, node, cause, _FIX_NCCL_HANG,
+                           warning.get('line') if warning else started.get('line')))
+    return diags
 
 
 def where(diag, group=None):

@@ -168,7 +168,8 @@ SIGNATURES = (
          ('recvValue failed', 'Failed to recv, got 0 bytes', '"should dump" flag on TCPStore'),
          r'recvValue failed|Failed to recv, got 0 bytes|Failed to check the "should dump" flag on TCPStore',
          'The rendezvous store host (the head\'s rank-0 worker) went away.',
-         'Look at the head\'s log for its root cause; restart the head and all workers together.'),
+         'Look at the head\'s log for its root cause; restart the head and all workers together.',
+         root_cause=False),
     # --- NCCL / Gloo / ZMQ addressing ---
     _sig('nccl_no_socket_interface', 'wrong_interface', 'network', 'fatal', ('no socket interface found',),
          r'no socket interface found',
@@ -292,15 +293,27 @@ SIGNATURES = (
          ('OutOfMemoryError', 'out of memory', 'NV_ERR_NO_MEMORY', 'cudaErrorMemoryAllocation'),
          r'OutOfMemoryError|CUDA out of memory|NV_ERR_NO_MEMORY|cudaErrorMemoryAllocation',
          'The GPU ran out of memory (load, profiling or graph capture).', _FIX_MEMORY),
-    _sig('free_memory_low', 'insufficient_free_memory', 'memory', 'fatal',
-         ('less than desired GPU memory', 'less than the engine\'s budget', 'exceed the desired GPU memory'),
-         r'(?:Free memory on device (?P<device>\S+) \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\)(?: on startup)? '
-         r'is less than (?:desired GPU memory utilization|the engine\'s budget)|Externally held weights on device '
-         r'(?P<ext_device>\S+) \((?P<ext_gib>[\d.]+)/[\d.]+ GiB\) exceed the desired GPU memory utilization)'
-         r'(?: \((?P<utilization>[\d.]+), (?P<requested_gib>[\d.]+) GiB\))?',
+    # vLLM v1/worker/utils.py: 0.25.1 has the first; 0.33.0 adds the two external-weights variants.
+    _sig('free_memory_low', 'insufficient_free_memory', 'memory', 'fatal', ('less than desired GPU memory',),
+         r'Free memory on device (?P<device>\S+) \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\)(?: on startup)? '
+         r'is less than desired GPU memory utilization(?: \((?P<utilization>[\d.]+), (?P<requested_gib>[\d.]+) GiB\))?',
          'Only {free_gib} of {total_gib} GiB are free on {device}, less than --gpu-memory-utilization {utilization} '
          'asks for ({requested_gib} GiB).',
          'Lower --gpu-memory-utilization (GPU_MEMORY_UTILIZATION) or stop what else uses GPU/unified memory.'),
+    _sig('free_memory_below_budget', 'insufficient_free_memory', 'memory', 'fatal', ('less than the engine\'s budget',),
+         r'Free memory on device (?P<device>\S+) \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\)(?: on startup)? '
+         r'is less than the engine\'s budget.*?\((?P<utilization>[\d.]+), (?P<requested_gib>[\d.]+) GiB\)',
+         'Only {free_gib} of {total_gib} GiB are free on {device}, less than the engine\'s own budget '
+         '({requested_gib} GiB at --gpu-memory-utilization {utilization}) once the externally held weights are '
+         'excluded.',
+         'Lower --gpu-memory-utilization (GPU_MEMORY_UTILIZATION) or stop what else uses GPU/unified memory.'),
+    _sig('external_weights_exceed', 'insufficient_free_memory', 'memory', 'fatal', ('exceed the desired GPU memory',),
+         r'Externally held weights on device (?P<device>\S+) \((?P<ext_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) '
+         r'exceed the desired GPU memory utilization \((?P<utilization>[\d.]+), (?P<requested_gib>[\d.]+) GiB\)',
+         'The weights held outside the engine on {device} ({ext_gib} GiB) already exceed --gpu-memory-utilization '
+         '{utilization} ({requested_gib} GiB).',
+         'Raise --gpu-memory-utilization (GPU_MEMORY_UTILIZATION) above the external weights, or free the memory '
+         'other processes hold.'),
     _sig('kv_cache_too_small', 'kv_cache_too_small', 'memory', 'fatal',
          ('No available memory for the cache blocks', 'larger than the available KV cache memory'),
          r'No available memory for the cache blocks|larger than the available KV cache memory',
@@ -624,6 +637,15 @@ def _remote_error_context(diag, logical, index, diagnoses):
         diag['fix'] = roots[0]['fix']
 
 
+def _last_error_context(diag):
+    """A "Last error:" detail naming a peer that closed its connection is a consequence, not this rank's fault."""
+    detail = diag['details'].get('detail') or ''
+    if _PEER_GONE_RE.search(detail):
+        diag['root_cause'] = False
+        diag['details']['peer_gone'] = True
+        diag['fix'] = _FIX_PEER
+
+
 def _diagnose(numbered):
     diagnoses = []
     by_sig = {}
@@ -662,6 +684,8 @@ def _diagnose(numbered):
         diagnoses.append(diag)
         if sig['id'] == 'nccl_remote_error':
             remote.append((diag, index))
+        elif sig['id'] == 'nccl_last_error':
+            _last_error_context(diag)
     for diag, index in remote:
         _remote_error_context(diag, logical, index, diagnoses)
     return diagnoses
@@ -784,6 +808,8 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
     per_rank = []
     head_markers = None
     head_fatal_after_ready = False
+    nccl_started = None     # rank 0's "vLLM is using nccl==": every rank passed the store rendezvous
+    inferred = []           # (log key, node, record) of world lines to vouch for by the node's local rank 0
 
     for key in sorted(entries):
         entry = entries[key]
@@ -796,6 +822,8 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
                     warnings.append(_tagged(diag, key, node, severity='warning', previous_boot=boot_index + 1))
 
         records = _rank_records(current)
+        if nccl_started is None:
+            nccl_started = _nccl_started(current, key, node)
         ranks_in_log = set()
         for rec in records:
             ranks_in_log.add(rec['rank'])
@@ -807,6 +835,7 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
                     'rank': rec['rank'], 'node': node, 'tp_rank': rec['tp_rank'],
                     'world_size': rec['world_size'], 'groups': rec['groups'],
                     'evidence': rec['line'], 'lineno': rec['lineno'], 'log_key': key}
+        inferred.extend(_local_rank0_vouches(records, key, node))
 
         if records and key not in ranks_in_log:
             failures.append({
@@ -838,6 +867,16 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
         per_rank.append({'rank': key, 'node': node, 'boots': len(boots), 'lines': len(current),
                          'container_state': entry.get('container_state'), 'exit_code': entry.get('exit_code'),
                          'kv_cache_ready': any('Available KV cache memory' in line for _n, line in current)})
+
+    # From vLLM 0.19 the assignment line is info_once(scope="local"): only each node's local rank 0 prints it.
+    # It comes after the collective group creation, which no rank passes alone, so it vouches for the ranks
+    # whose world_size line is in the same container log.
+    for key, node, rec, proof in inferred:
+        if rec['rank'] not in registered:
+            registered[rec['rank']] = {
+                'rank': rec['rank'], 'node': node, 'tp_rank': None, 'world_size': rec['world_size'], 'groups': {},
+                'evidence': rec['line'], 'lineno': rec['lineno'], 'log_key': key, 'via': 'local_rank0',
+                'proof': proof['line']}
 
     for rank in sorted(rank_nodes):
         if len(rank_nodes[rank]) > 1:
@@ -908,6 +947,9 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
         # The head's rank line only appears once every rank passed the store
         # rendezvous and group creation.
         'rendezvous_complete': 0 in registered,
+        # Rank 0 created its NCCL communicator: the store rendezvous is over, NCCL setup may still hang.
+        'store_rendezvous_complete': 0 in registered or nccl_started is not None,
+        'nccl_started': nccl_started,
         'world_size': seen_sizes[0] if len(seen_sizes) == 1 else None,
         'world_sizes_seen': seen_sizes,
         'init_method': sorted(methods)[0] if len(methods) == 1 else None,
@@ -919,6 +961,50 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
         'warnings': warnings,
         'ranks': per_rank,
     }
+
+
+_NCCL_STARTED_RE = re.compile(r'vLLM is using nccl==(?P<version>\S+)')
+
+
+def _nccl_started(numbered, key, node):
+    for lineno, line in numbered:
+        if 'vLLM is using nccl==' in line:
+            match = _NCCL_STARTED_RE.search(line)
+            return {'rank': key, 'node': node, 'version': match.group('version'), 'lineno': lineno,
+                    'line': _evidence(line)}
+    return None
+
+
+def _local_rank0_vouches(records, key, node):
+    """(key, node, world record, proof) for each rank that only logged its world_size line.
+
+    The proof is an assignment line, in the same boot of the same container log, of a rank whose world_size line
+    says local_rank=0 (or, without one, the lowest rank of the log), for the same world size.
+    """
+    worlds = {}
+    for rec in records:
+        if rec['kind'] == 'world_size':
+            known = worlds.get(rec['rank'])
+            # The INFO line carries the real init method; the DEBUG one comes first.
+            if known is None or known['level'] == 'DEBUG':
+                worlds[rec['rank']] = rec
+    if not worlds:
+        return []
+    lowest = min(worlds)
+    proofs = {}
+    for rec in records:
+        if rec['kind'] != 'assignment':
+            continue
+        world = worlds.get(rec['rank'])
+        local_rank = world['local_rank'] if world is not None else None
+        if local_rank == 0 or (local_rank is None and rec['rank'] == lowest):
+            proofs.setdefault(rec['world_size'], rec)
+    out = []
+    for rank in sorted(worlds):
+        proof = proofs.get(worlds[rank]['world_size'])
+        if proof is not None and proof['rank'] != rank:
+            out.append((key, node, worlds[rank], proof))
+    return out
 
 
 def _summary(expected, registered, missing, methods, head_ready, failures, entries):
