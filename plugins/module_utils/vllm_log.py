@@ -228,7 +228,8 @@ SIGNATURES = (
     # INFO level: NCCL falls back to TCP sockets (slow, or fails where NCCL_NET=IB is forced).
     _sig('nccl_ib_no_device', 'wrong_gid_or_hca', 'fabric', 'warning', ('NET/IB : No device found',),
          r'NET/IB ?: No device found',
-         'NCCL found no usable RDMA device: NCCL_IB_HCA names a device that does not exist or is down on this node.',
+         'NCCL found no usable RDMA device on this node (NCCL_IB_HCA names none that exists and is up, or the '
+         'container sees no RDMA device): NCCL falls back to TCP sockets instead of RoCE.',
          _FIX_GID),
     _sig('nccl_ib_reg_mr', 'nccl_ib_error', 'network', 'fatal', ('ibv_reg_mr',),
          r'ibv_reg_mr\w*.*(?:failed|ENOMEM|Cannot allocate memory)',

@@ -61,6 +61,10 @@ def worker(scenario, rank, world, addr, port, timeout):
         dev = torch.device('cuda', torch.cuda.current_device())
         cpu_group = dist.new_group(backend='gloo')
         say('gloo group created')
+        if scenario == 'nccl_unique_id_wait' and rank == 0:
+            say('alive but never starting NCCL (no collective)')
+            time.sleep(timeout + 30)
+            os._exit(0)
         data = torch.ones(4, device=dev)
         dist.all_reduce(data)
         torch.cuda.synchronize()
@@ -149,6 +153,7 @@ def scenarios(addr_port):
     ranks('gloo_wrong_iface', 2, [0, 1], {'GLOO_SOCKET_IFNAME': 'nosuchif0'})
     ranks('nccl_peer_gone', 2, [0, 1], dict(NET_ONLY, NCCL_DEBUG='WARN'), timeout=30)
     ranks('nccl_watchdog_timeout', 2, [0, 1], dict(NET_ONLY, NCCL_DEBUG='WARN'), timeout=15)
+    ranks('nccl_unique_id_wait', 2, [0, 1], {}, timeout=15)
     return out
 
 
@@ -174,6 +179,14 @@ def main():
     boot_port = addr_port()
     table['nccl_bootstrap_refused'] = [(1, {'NCCL_COMM_ID': '127.0.0.1:%d' % boot_port, 'NCCL_DEBUG': 'WARN',
                                             'NCCL_SOCKET_IFNAME': 'lo'}, ['nccl_bootstrap', '127.0.0.1', str(boot_port)])]
+    boot_port = addr_port()
+    table['nccl_bootstrap_refused_info'] = [(1, {'NCCL_COMM_ID': '127.0.0.1:%d' % boot_port, 'NCCL_DEBUG': 'INFO',
+                                                 'NCCL_SOCKET_IFNAME': 'lo', 'NCCL_SOCKET_RETRY_CNT': '4'},
+                                             ['nccl_bootstrap', '127.0.0.1', str(boot_port)])]
+    boot_port = addr_port()
+    table['nccl_bootstrap_unroutable'] = [(1, {'NCCL_COMM_ID': '192.0.2.1:%d' % boot_port, 'NCCL_DEBUG': 'WARN',
+                                               'NCCL_SOCKET_RETRY_CNT': '4'},
+                                           ['nccl_bootstrap', '192.0.2.1', str(boot_port)])]
     only = set(sys.argv[1:])
 
     import torch

@@ -299,6 +299,16 @@ REAL_CASES = [
     ('nccl_peer_gone.rank1.log', []),
     ('nccl_watchdog_timeout.rank0.log', [('collective_timeout', 'collective_timeout', 'fatal', False),
                                          ('nccl_warning', 'nccl_warn', 'warning', False)]),
+    ('nccl_watchdog_timeout.rank1.log', []),
+    ('nccl_bootstrap_refused_info.rank1.log', [
+        ('wrong_gid_or_hca', 'nccl_ib_no_device', 'warning', True),
+        ('nccl_connect_refused', 'nccl_connect_retry', 'warning', True),
+        ('nccl_connect_failed', 'nccl_socket_retries_exhausted', 'fatal', True),
+        ('nccl_remote_error', 'nccl_remote_error', 'fatal', False)]),
+    ('nccl_bootstrap_unroutable.rank1.log', [('nccl_connect_failed', 'nccl_socket_retries_exhausted', 'fatal', True),
+                                             ('nccl_remote_error', 'nccl_remote_error', 'fatal', False)]),
+    ('nccl_unique_id_wait.rank0.log', []),
+    ('nccl_unique_id_wait.rank1.log', [('store_wait_timeout', 'store_key_wait_timeout', 'fatal', False)]),
 ]
 
 
@@ -325,6 +335,11 @@ def test_recorded_details():
     retries = _one('nccl_bootstrap_refused.rank1.log', 'nccl_socket_retries_exhausted')
     assert retries['details'] == {'func': 'socketPollConnect', 'peer': '127.0.0.1<44805>',
                                   'reason': 'Connection refused', 'attempts': 35}
+    retry = _one('nccl_bootstrap_refused_info.rank1.log', 'nccl_connect_retry')
+    assert retry['count'] == 4 and retry['details'] == {'peer': '127.0.0.1<37589>', 'reason': 'Connection refused',
+                                                        'attempt': 1, 'attempts': 4}
+    assert _one('nccl_unique_id_wait.rank1.log', 'store_key_wait_timeout')['details'] == {
+        'timeout_ms': 15000, 'keys': '/default_pg/0//cuda//0'}
     watchdog = _one('nccl_watchdog_timeout.rank0.log', 'collective_timeout')
     assert watchdog['details'] == {'seq': 2, 'op': 'ALLREDUCE', 'timeout_ms': 15000, 'ran_ms': 15077}
 
