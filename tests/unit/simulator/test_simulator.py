@@ -356,7 +356,10 @@ def test_nccl_error(started, where):
     assert (peer_code, peer.rank, peer.node) in failures
     nccl = [f for f in result['failures'] if f['code'] == 'nccl_init_error'][0]
     assert 'NCCL_IB_GID_INDEX' in nccl['fix']
-    assert ('nccl_warning', failing.rank, failing.node) in codes_of(result, 'warnings')
+    # The NCCL WARN "Call to ibv_modify_qp failed ... local GID index N" is the wrong-GID diagnosis of that rank.
+    gid = [f for f in result['failures'] if f['code'] == 'wrong_gid_or_hca']
+    assert [(f['rank'], f['node'], f['root_cause']) for f in gid] == [(failing.rank, failing.node, True)]
+    assert gid[0]['details']['gid_index'] == 3 and 'NCCL_IB_HCA' in gid[0]['fix']
     assert result['registered_ranks'] == [] and result['head_ready'] is False
 
 

@@ -21,7 +21,9 @@ INIT = "tcp://10.0.0.1:25000"
 
 
 def fixture_lines(name):
-    return (FIXTURES / name).read_text().splitlines()
+    origin, *lines = (FIXTURES / name).read_text().splitlines()
+    assert origin.startswith("# origin: ")
+    return lines
 
 
 def docker_ts(seconds):

@@ -28,7 +28,10 @@ def fixture(name):
     # Binary read keeps the escape bytes. The ANSI fixtures are stored with \n (sanity forbids \r\n in
     # files) and get the \r\n of a captured terminal log back here.
     # Lone carriage returns (tqdm redraws) are stored as <CR>, since sanity rejects any \r in a file.
-    text = (FIXTURES / name).read_bytes().decode('utf-8').replace('<CR>', '\r')
+    # Every fixture starts with one "# origin: ..." line saying where it came from; it is not log output.
+    origin, _nl, text = (FIXTURES / name).read_bytes().decode('utf-8').partition('\n')
+    assert origin.startswith('# origin: ')
+    text = text.replace('<CR>', '\r')
     return text.replace('\n', '\r\n') if '_ansi_' in name else text
 
 
@@ -198,8 +201,8 @@ def test_head_not_ready_when_startup_line_precedes_kv():
     ('head_v010_old_format.log', []),
     ('head_worker_never_joined.log', [('startup_failed', 'startup_cascade'),
                                       ('rendezvous_timeout', 'store_wait_timeout')]),
-    ('worker_dist_network_error.log', [('master_unreachable', 'client_connect_retry'),
-                                       ('master_unreachable', 'client_connect_timeout'),
+    # torch 2.11 wording: every c10d line quotes "The client socket has timed out" (no "will retry" line).
+    ('worker_dist_network_error.log', [('master_unreachable', 'client_connect_timeout'),
                                        ('startup_failed', 'startup_cascade')]),
     ('worker_nccl_unhandled_system_error.log', [('wrong_gid_or_hca', 'nccl_ib_modify_qp'),
                                                 ('startup_failed', 'startup_cascade'),
@@ -228,7 +231,7 @@ def test_find_failures_details_and_evidence():
     net = [d for d in vllm_log.find_failures(fixture('worker_dist_network_error.log'))
            if d['signature'] == 'client_connect_timeout'][0]
     assert net['details'] == {'timeout': 600000, 'unit': 'ms', 'host': '10.0.0.9', 'port': 25000}
-    assert net['count'] == 2
+    assert net['count'] == 5 and net['line'].startswith('[E1129 19:11:58.101994187 socket.cpp:1028] [c10d] ')
 
     gloo = [d for d in vllm_log.find_failures(fixture('worker_gloo_wrong_interface.log'))
             if d['code'] == 'wrong_interface'][0]
@@ -475,7 +478,8 @@ def test_assess_group_worker_never_joined():
         # The worker dialled 10.0.0.9, the head listens on 10.0.0.1.
         ('init_method_mismatch', None, None),
     ])
-    assert failure_tuples(result, 'warnings') == [('master_unreachable', 1, 'spark-worker')]
+    # torch 2.11 prints no separate "will retry" warning: its retry line already quotes the timeout (fatal).
+    assert failure_tuples(result, 'warnings') == []
     assert result['init_method_consistent'] is False and result['init_method'] is None
     assert 'rank 0 (spark-head): rendezvous_timeout' in result['msg']
     exited = [f for f in result['failures'] if f['code'] == 'container_exited' and f['rank'] == 1][0]
