@@ -3,6 +3,7 @@ the dspark-fleet CLI and plain ansible-playbook, and faulty copies of the invent
 
 The lab is brought up once (`make fleettest` runs `make lab-fleet` first) and shared by every suite here;
 the suites run in file order and each leaves the fleet serving for the next. (routerlab.py adds the router's.)
+The lab is SIMULATED: the serving image is lab/simulator, not vLLM.
 """
 
 import json
@@ -11,6 +12,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 
 import yaml
 
@@ -77,10 +79,81 @@ def chat(group, port=8888):
 
 
 def faulty_inventory(tmp_path, host, env):
-    """A copy of the fleet inventory whose `host` injects a SIMULATOR failure (serve_extra_env)."""
-    target = tmp_path / "inventory"
+    """A copy of the fleet inventory where `host`'s rank gets `env` on top of its serve_extra_env (the fleet's and
+    its group's): a SIMULATOR failure."""
+    target = pathlib.Path(tmp_path) / "inventory"
     shutil.copytree(FLEET, target)
-    base = yaml.safe_load((FLEET / "group_vars" / "dspark.yml").read_text())["serve_extra_env"]
+    group_vars = target / "group_vars"
+    extra = dict(yaml.safe_load((group_vars / "dspark.yml").read_text()).get("serve_extra_env") or {})
+    for name, members in GROUPS.items():
+        if host in members and (group_vars / (name + ".yml")).exists():
+            extra.update(yaml.safe_load((group_vars / (name + ".yml")).read_text()).get("serve_extra_env") or {})
+    extra.update(env)
     (target / "host_vars").mkdir(exist_ok=True)
-    (target / "host_vars" / ("%s.yml" % host)).write_text(yaml.safe_dump({"serve_extra_env": dict(base, **env)}))
+    (target / "host_vars" / ("%s.yml" % host)).write_text(yaml.safe_dump({"serve_extra_env": extra}))
     return target / "hosts.yml"
+
+
+def start_fleet(*args, log=None):
+    """dspark-fleet ARGS in the background (a Popen; output to `log`)."""
+    handle = open(log, "w", encoding="utf-8") if log else subprocess.DEVNULL  # pylint: disable=consider-using-with
+    return subprocess.Popen([str(BIN / "dspark-fleet"), *map(str, args)], cwd=ROOT, stdout=handle,
+                            stderr=subprocess.STDOUT, env=ENV)
+
+
+def docker(*args, timeout=120):
+    """A docker command on this machine's engine (the lab nodes are its containers): (rc, output)."""
+    proc = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=False)
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def rank_state(host):
+    """(state, started_at) of the serving container on a node, ('absent', None), or ('unknown', why)."""
+    rc, out = docker("exec", host, "docker", "inspect", "--format", "{{.State.Status}} {{.State.StartedAt}}",
+                     CONTAINER)
+    if rc == 0:
+        state, started = out.split()[:2]
+        return state, started
+    if "no such object" in out.lower():
+        return "absent", None
+    return "unknown", out[-300:]
+
+
+def kill_rank(host):
+    return docker("exec", host, "docker", "kill", CONTAINER)
+
+
+def node_docker_up(host):
+    return rank_state(host)[0] != "unknown"
+
+
+def wait_for(predicate, timeout, interval=1.0):
+    """predicate()'s first true value within `timeout` seconds, else its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def journal(path):
+    """The supervisor's journal records (torn lines skipped)."""
+    records = []
+    if not pathlib.Path(path).exists():
+        return records
+    for line in pathlib.Path(path).read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            pass
+    return records
+
+
+def fabric_name_after_reboot(host, address, name="enp1s0f1np1"):
+    """LAB ONLY: a restarted node container gets its fabric NIC back as ethN; a real node keeps its udev name.
+    Renames it as lab/lab.sh's node setup does (the interface that holds `address`); changes nothing else."""
+    script = ('dev=$(ip -o -4 addr show | awk -v ip="%s/" \'index($4, ip) == 1 {sub(/@.*/, "", $2); print $2; exit}\'); '
+              '[ -n "$dev" ] || exit 1; [ "$dev" = "%s" ] && exit 0; '
+              'ip link set "$dev" down && ip link set "$dev" name "%s" && ip link set "%s" up') % (address, name, name, name)
+    return docker("exec", host, "bash", "-c", script)

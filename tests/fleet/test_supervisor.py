@@ -12,8 +12,8 @@ import pytest
 
 import routerlab
 
-from supervisorlab import (INVENTORY, chat, docker, fabric_name_after_reboot, faulty_inventory, journal, kill_rank, node_docker_up,
-                           rank_state, run_fleet, serve_playbook, start_fleet, wait_for)
+from fleetlab import (INVENTORY, chat, docker, fabric_name_after_reboot, faulty_inventory, fleet, journal, kill_rank,
+                      node_docker_up, playbook, rank_state, start_fleet, wait_for)
 
 GROUP = "pair_b"
 WORKER = "spark-b1"
@@ -29,13 +29,13 @@ def state(tmp_path):
 
 
 def watch(state, *args, inventory=INVENTORY, timeout=1500):
-    return run_fleet("watch", "-i", inventory, "--groups", GROUP, "--plain", "--state-dir", state,
+    return fleet("watch", "-i", inventory, "--groups", GROUP, "--plain", "--state-dir", state,
                      "--artifacts", state / ("watch-%d" % time.time_ns()), *args, timeout=timeout)
 
 
 def restore(group=GROUP):
     """Serving again and, when the supervisor left it drained at the router, back in rotation."""
-    rc, out = serve_playbook("--limit", group)
+    rc, out = playbook("playbooks/serve.yml", "--limit", group)
     assert rc == 0, out[-3000:]
     if not routerlab.router_servers().get(group, {}).get("in_rotation"):
         run = routerlab.playbook("router_enable.yml", "-e", "router_target_group=" + group)
@@ -93,7 +93,7 @@ def test_a_rank_that_crashes_on_every_start_stops_at_the_cap(state, tmp_path):
         assert not in_rotation() and routerlab.router_servers()[GROUP]["admin"] == "drain"   # a failed group stays out
         assert all(not r["ok"] for r in actions(state) if r["action"] == "restart")
         # the status table shows the group failed, with its restarts, from the journal
-        rc, out = run_fleet("status", "-i", INVENTORY, "--groups", GROUP, "--plain", "--state-dir", state,
+        rc, out = fleet("status", "-i", INVENTORY, "--groups", GROUP, "--plain", "--state-dir", state,
                             "--artifacts", state / "status")
         assert "Supervisor journal" in out and "FAILED: 2 restart(s)" in out, out[-3000:]
     finally:
