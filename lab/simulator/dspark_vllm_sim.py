@@ -62,6 +62,9 @@ class Log:
         self.color = color == '1' and 'NO_COLOR' not in os.environ
         self.debug = os.environ.get('VLLM_LOGGING_LEVEL', 'INFO').upper() == 'DEBUG'
         self.prefix = os.environ.get('VLLM_LOGGING_PREFIX', '')
+        # DSPARK_SIM_LOG_FORMAT=0.33: vLLM 0.33's log format names the process in every record, the undecorated
+        # headless main process as "(MainProcess pid=N)"; unset, records of the main process have no prefix (0.25).
+        self.main_proc = os.environ.get('DSPARK_SIM_LOG_FORMAT', '').strip() == '0.33'
 
     def _proc(self, proc, pid):
         if not proc:
@@ -80,6 +83,8 @@ class Log:
         if level == 'DEBUG' and not self.debug:
             return
         stamp = time.strftime('%m-%d %H:%M:%S')
+        if proc is None and self.main_proc:
+            proc, pid = 'MainProcess', os.getpid()
         head = '{0}{1}{2} {3} [{4}] '.format(self._proc(proc, pid), self.prefix, level, stamp, where)
         self.write([head + part for part in str(msg).split('\n')])
 
@@ -691,9 +696,12 @@ class Simulator:
         self.wait_for(reader, rank, pid, 'all_joined', deadline=deadline)
         self.create_groups(rank, local, pid)
         self.barrier(conn, reader, rank, 'groups')
-        LOG.emit('INFO', 'parallel_state.py:1711', 'rank {rank} in world size {world} is assigned as DP rank 0, PP '
-                 'rank {pp}, PCP rank 0, TP rank {tp}, EP rank {rank}, EPLB rank N/A'.format(
-                     rank=rank, world=self.world_size, pp=rank // self.tp, tp=rank % self.tp), 'Worker', pid)
+        # vLLM >= 0.19 logs this with info_once(scope="local"): only each node's local rank 0 prints it
+        # (DSPARK_SIM_ASSIGN_SCOPE=local); unset, every rank prints it, as up to 0.18.
+        if local == 0 or os.environ.get('DSPARK_SIM_ASSIGN_SCOPE', '').strip() != 'local':
+            LOG.emit('INFO', 'parallel_state.py:1711', 'rank {rank} in world size {world} is assigned as DP rank 0, PP '
+                     'rank {pp}, PCP rank 0, TP rank {tp}, EP rank {rank}, EPLB rank N/A'.format(
+                         rank=rank, world=self.world_size, pp=rank // self.tp, tp=rank % self.tp), 'Worker', pid)
         if self.headless and not self.is_head:
             self.check_host_ip(name, pid)
         LOG.emit('INFO', 'gpu_model_runner.py:4210', 'Starting to load model {0}...'.format(self.model), name, pid)

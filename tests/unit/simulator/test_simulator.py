@@ -527,3 +527,32 @@ def test_cli_version_and_bad_arguments(started):
                          capture_output=True, timeout=10, text=True, env=base_env(), check=False)
     assert bad.returncode == 1
     assert diag_codes(bad.stdout) == ['bad_arguments']
+
+
+# --------------------------------------------------------------------------- newer vLLM log behaviour
+
+@pytest.mark.parametrize('newer', [True, False])
+def test_tp4_over_two_nodes_two_gpus_each(started, newer):
+    """TP=4 over two nodes of 2 GPUs: ready with the vLLM >= 0.19 / 0.33 output (switches) and the default."""
+    group = Group(2, started)
+    extra = {'DSPARK_SIM_ASSIGN_SCOPE': 'local', 'DSPARK_SIM_LOG_FORMAT': '0.33'} if newer else {}
+    procs = {}
+    for rank in (1, 0):
+        argv = group.argv(rank, tp=4)
+        argv[argv.index('--nnodes') + 1] = '2'
+        procs[rank] = SimProc('node%d' % rank if rank else 'head', rank, argv, base_env(**extra))
+        started.append(procs[rank])
+        group.procs[rank] = procs[rank]
+    assert procs[0].wait_for('Application startup complete.', 15), procs[0].log()
+    assigned = [line for line in procs[1].log().splitlines() if 'is assigned as' in line]
+    # Worker threads print in any order.
+    assert sorted(line.split('] ', 1)[1].split(' is ')[0] for line in assigned) == (
+        ['rank 2 in world size 4'] if newer else ['rank 2 in world size 4', 'rank 3 in world size 4'])
+    launch = [line for line in procs[1].log().splitlines() if 'headless multiproc executor' in line][0]
+    assert launch.startswith('(MainProcess pid=') if newer else launch.startswith('INFO ')
+    logs = {0: procs[0].entry(), 2: procs[1].entry()}
+    result = vllm_log.assess_group(4, logs)
+    assert result['ok'], result['msg']
+    assert [(r['rank'], r['node'], r.get('via')) for r in result['registered_ranks']] == [
+        (0, 'head', None), (1, 'head', 'local_rank0' if newer else None), (2, 'node1', None),
+        (3, 'node1', 'local_rank0' if newer else None)]
