@@ -869,7 +869,7 @@ def registered_view(plan, assessment):
     # The node whose log holds the line (the plan's node unless a --node-rank is wrong).
     return [{'rank': r['rank'], 'node': r.get('node') or plan['rank_nodes'].get(r['rank']),
              'evidence': r.get('evidence'), 'world_size': r.get('world_size'), 'tp_rank': r.get('tp_rank'),
-             'init_method': init_by_rank.get(r['rank'])}
+             'init_method': init_by_rank.get(r['rank']), 'via': r.get('via')}
             for r in assessment.get('registered_ranks') or []]
 
 

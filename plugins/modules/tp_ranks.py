@@ -18,7 +18,11 @@ description:
     stderr, merged by timestamp across rounds; on the first look also the registration lines of the whole log).
     The logs are judged with the collection's vLLM log parser, for rank registration (C(world_size=W rank=R) and
     C(rank R in world size W is assigned as ...)), one init method for all ranks, head readiness, and a table of
-    known failure signatures (rendezvous, NCCL, Gloo, memory, process deaths).
+    known failure signatures (rendezvous, NCCL, Gloo, RoCE GID/HCA, memory, process deaths, vLLM arguments).
+  - Every rank prints its C(world_size=W rank=R local_rank=L) line before the rendezvous. Up to vLLM 0.18 every rank
+    also prints its assignment line; from 0.19 only each node's local rank 0 does (C(info_once), scope C(local)),
+    after the collective group creation, so it also proves the other ranks whose C(world_size) line is in the same
+    container log. Any C(dspark_gpus_per_node) is therefore counted from what vLLM really prints.
   - The API is probed from the head itself (a small C(python3) HTTP client run through the head's connection, against
     C(http://127.0.0.1:<api_port>)). C(GET /v1/models) must list O(served_model_name); then exactly one real
     generation request (C(POST /v1/chat/completions), 16 tokens) must return choices. A C(/health) answer alone is
@@ -154,6 +158,11 @@ registered_ranks:
     init_method:
       description: The rank's C(distributed_init_method).
       type: str
+    via:
+      description: >-
+        C(local_rank0) when the rank printed only its C(world_size) line and its node's local rank 0 printed the
+        assignment line (vLLM 0.19 and later); null when the rank printed its own assignment line.
+      type: str
   sample: [{"rank": 1, "node": "spark-worker", "world_size": 2, "tp_rank": 1, "init_method": "tcp://192.168.100.1:25000",
             "evidence": "(Worker pid=94) INFO ... rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, TP rank 1"}]
 missing_ranks:
@@ -193,7 +202,9 @@ diagnosis:
   contains:
     code:
       description: >-
-        Failure code, for example C(nccl_init_error), C(rendezvous_timeout), C(container_exited),
+        Failure code, for example C(nccl_init_error), C(nccl_connect_failed), C(wrong_gid_or_hca),
+        C(nccl_init_hang) (every rank passed the rendezvous store, NCCL setup never finished), C(rendezvous_timeout),
+        C(collective_timeout), C(bad_arguments), C(insufficient_free_memory), C(container_exited),
         C(container_restarted), C(wedged), C(served_model_mismatch), C(api_not_ready), C(node_unreachable).
       type: str
     rank:

@@ -1,5 +1,6 @@
 """The tp_ranks action: polls a fake cluster (docker CLI + API probe emulated per round) with a fake clock."""
 
+import importlib.util
 import json
 import shlex
 from datetime import datetime, timezone
@@ -572,3 +573,32 @@ def test_group_defaults_to_the_task_hosts_dspark_group(monkeypatch):
     result = run(FakeCluster(containers, FakeApi().at(0), head="b-head"), monkeypatch, tvars=tvars, delegate_to=None)
     assert not result.get("failed"), result["msg"]
     assert result["group"] == "pair_b" and result["head"] == "b-head" and result["api_port"] == 8888
+
+
+# --------------------------------------------------------------------------- several GPUs per node
+
+def _real_output_helpers():
+    """The wheel-statement renderer of module_utils/test_real_output.py (vLLM 0.25.1 / 0.33.0 line layouts)."""
+    path = Path(__file__).resolve().parents[1] / "module_utils" / "test_real_output.py"
+    spec = importlib.util.spec_from_file_location("dspark_tp_ranks_real_output", str(path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("version", ["0.25.1", "0.33.0"])
+def test_tp4_over_two_nodes_with_two_gpus_each_is_ready(monkeypatch, version):
+    real = _real_output_helpers()
+    head = real.node_log(version, 0, 2, 4, head=True).splitlines()
+    worker = real.node_log(version, 2, 2, 4, head=False).splitlines()
+    containers = {"a-head": FakeContainer(cid="1" * 64).at(0, head),
+                  "a-worker": FakeContainer(cid="2" * 64).at(0, worker)}
+    four = {"dspark_gpus_per_node": 2, "dspark_tensor_parallel_size": 4}
+    result = run(FakeCluster(containers, FakeApi().at(1)), monkeypatch,
+                 tvars=task_vars(**{"a-head": four, "a-worker": four}))
+    assert not result.get("failed"), result["msg"]
+    assert result["expected_ranks"] == [0, 1, 2, 3] and result["missing_ranks"] == []
+    assert [(r["rank"], r["node"], r["via"]) for r in result["registered_ranks"]] == [
+        (0, "a-head", None), (1, "a-head", "local_rank0"), (2, "a-worker", None), (3, "a-worker", "local_rank0")]
+    assert result["world_size"] == 4 and result["generation_ok"] is True
+    assert "TP group pair_a ready" in result["msg"] and "rank 3 on a-worker" in result["msg"]
