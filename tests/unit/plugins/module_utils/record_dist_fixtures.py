@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+# The repository root (commands are recorded relative to it).
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 SAFE_ENV = {'NCCL_NVLS_ENABLE': '0', 'TORCH_SYMM_MEM_DISABLE_MULTICAST': '1', 'NVSHMEM_DISABLE_NVLS': '1',
             'PYTHONUNBUFFERED': '1'}
 # NCCL over sockets on the loopback, as between two nodes (no P2P/SHM/IB inside one host).
@@ -210,7 +212,7 @@ def main():
             shown_env = dict(SAFE_ENV)
             shown_env.update(extra)
             manifest['scenarios'].setdefault(name, []).append({
-                'rank': rank, 'env': shown_env, 'command': ' '.join(['python3', __file__.split('/work/main/')[-1]] + argv),
+                'rank': rank, 'env': shown_env, 'command': ' '.join(['python3', os.path.relpath(os.path.abspath(__file__), ROOT)] + argv),
                 'log': os.path.basename(path)})
             procs.append((name, rank, proc, handle, time.time()))
             time.sleep(0.2)
