@@ -30,7 +30,7 @@ def state(tmp_path):
 
 def watch(state, *args, inventory=INVENTORY, timeout=1500):
     return fleet("watch", "-i", inventory, "--groups", GROUP, "--plain", "--state-dir", state,
-                     "--artifacts", state / ("watch-%d" % time.time_ns()), *args, timeout=timeout)
+                 "--artifacts", state / ("watch-%d" % time.time_ns()), *args, timeout=timeout)
 
 
 def restore(group=GROUP):
@@ -94,7 +94,7 @@ def test_a_rank_that_crashes_on_every_start_stops_at_the_cap(state, tmp_path):
         assert all(not r["ok"] for r in actions(state) if r["action"] == "restart")
         # the status table shows the group failed, with its restarts, from the journal
         rc, out = fleet("status", "-i", INVENTORY, "--groups", GROUP, "--plain", "--state-dir", state,
-                            "--artifacts", state / "status")
+                        "--artifacts", state / "status")
         assert "Supervisor journal" in out and "FAILED: 2 restart(s)" in out, out[-3000:]
     finally:
         restore()

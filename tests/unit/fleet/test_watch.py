@@ -283,8 +283,8 @@ def test_a_crash_loop_is_drained_once_and_stays_out(tmp_path):
 
 def test_a_group_drained_by_the_supervisor_goes_back_once_it_serves(tmp_path):
     w, runner, said, clock = make_watch(tmp_path, {("g", "check"): [("successful", tp_ok())] * 2,
-                                                   (None, "enable"): [("failed", task_failed("health check"))
-                                                                      , ("successful", [])]},
+                                                   (None, "enable"): [("failed", task_failed("health check")),
+                                                                      ("successful", [])]},
                                         routers=["router-1"])
     w.record("drain", "g", ok=True)
     w.round(1)

@@ -117,8 +117,8 @@ def rotation_text(rotation):
     parts = []
     drain = rotation.get("drain") or {}
     if drain.get("bound_hit"):
-        parts.append("drain bound hit (%s open session(s) after %s s)" % (drain.get("sessions_left"),
-                                                                        drain.get("waited_s")))
+        parts.append("drain bound hit (%s open session(s) after %s s)" % (
+            drain.get("sessions_left"), drain.get("waited_s")))
     if rotation.get("back_in_rotation"):
         parts.append("out of rotation %s s" % rotation.get("out_of_rotation_s"))
     elif rotation.get("left_out"):

@@ -279,8 +279,8 @@ class Watch:
     def take_out(self, group, folder):
         """Drain a broken group at the router (once: the journal remembers), without waiting for its sessions."""
         if self.router and not self.state(group).get("drained"):
-            self._router(group, folder, "drain", rolling.DRAIN, {"router_drain_timeout": 0,
-                                                                "router_drain_on_timeout": "continue"},
+            self._router(group, folder, "drain", rolling.DRAIN,
+                         {"router_drain_timeout": 0, "router_drain_on_timeout": "continue"},
                          "taken out of the router's rotation while it is broken",
                          "could not be taken out of the router's rotation")
 
