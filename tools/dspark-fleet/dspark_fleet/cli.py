@@ -264,14 +264,15 @@ class Context:
         if not routers:
             raise UsageError("--rolling needs the router: the inventory has no host in group %s (playbooks/router.yml "
                              "sets it up); without it, reprovision without --rolling" % rolling.ROUTER_GROUP)
+        groups = self.inv.groups
+        if len(groups) < 2:
+            raise UsageError("--rolling needs at least two serving groups behind the router, the inventory has one "
+                             "(%s): reprovision it without --rolling (it will stop serving)" % groups[0])
         self.max_unavailable = args.max_unavailable or 1
-        if self.max_unavailable >= len(self.inv.groups):
-            raise UsageError(
-                "--max-unavailable %d would leave no group in rotation: the router serves %d group(s) (%s). Use at "
-                "most %d" % (self.max_unavailable, len(self.inv.groups), ", ".join(self.inv.groups),
-                             len(self.inv.groups) - 1) if len(self.inv.groups) > 1 else
-                "--rolling needs at least two serving groups behind the router, the inventory has one (%s): "
-                "reprovision it without --rolling (it will stop serving)" % self.inv.groups[0])
+        if self.max_unavailable >= len(groups):
+            raise UsageError("--max-unavailable %d would leave no group in rotation: the router serves %d group(s) "
+                             "(%s). Use at most %d" % (self.max_unavailable, len(groups), ", ".join(groups),
+                                                       len(groups) - 1))
         return rolling.RollingRunner(runner_exec.run_playbook, self.project_dir, extra_vars=args.extra_vars,
                                      drain_timeout=args.drain_timeout,
                                      on_drain_timeout=args.on_drain_timeout or "fail")
@@ -557,14 +558,11 @@ def cmd_reprovision(ctx, interrupts, prog):
             ctx.meta["stop_reason"] = interrupts.reason or "the global validation was %s" % result
             ctx.meta["interrupted"] = bool(interrupts.count)
             return finish(ctx, entries, EXIT_FAILED)
+    # Rolling: --max-unavailable is the parallelism, and a failed group (left out of rotation) keeps its slot.
+    scheduler = Scheduler(to_run, parallel=ctx.max_unavailable or ctx.args.parallel, canary=ctx.args.canary,
+                          max_failed=ctx.args.max_failed, hold_failed=ctx.rolling is not None)
     if ctx.rolling is not None:
-        # A failed group stays out of rotation: it keeps its slot of --max-unavailable.
-        scheduler = Scheduler(to_run, parallel=ctx.max_unavailable, canary=ctx.args.canary,
-                              max_failed=ctx.args.max_failed, hold_failed=True)
         prog.message("rolling through the router: at most %d group(s) out of rotation at once" % ctx.max_unavailable)
-    else:
-        scheduler = Scheduler(to_run, parallel=ctx.args.parallel, canary=ctx.args.canary,
-                              max_failed=ctx.args.max_failed)
     # Each group's run holds the group's lock (shared with `watch`), waiting while the supervisor holds it.
     guarded = locks.locked_runner(locks.state_dir(ctx.args.state_dir), ctx.rolling or runner_exec.run_playbook,
                                   "reprovision",
