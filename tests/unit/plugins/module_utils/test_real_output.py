@@ -268,8 +268,8 @@ def test_0_33_headless_main_process_prefix_and_argument_error_with_rank_and_node
                         render('0.33.0', 'node_rank_out_of_range', [1, 2], None)]) + '\n'
     assert worker.startswith('(MainProcess pid=1) INFO ')
     result = tp_assess.assess_group(2, {0: {'node': 'spark-a', 'log': ''},
-                                       1: {'node': 'spark-b', 'log': worker, 'container_state': 'exited',
-                                           'exit_code': 1}})
+                                        1: {'node': 'spark-b', 'log': worker, 'container_state': 'exited',
+                                            'exit_code': 1}})
     first = [f for f in result['failures'] if f['root_cause']][0]
     assert (first['code'], first['rank'], first['node']) == ('bad_arguments', 1, 'spark-b')
     assert '--node-rank 2' in first['cause'] and 'dspark_rank' in first['fix']
@@ -442,8 +442,8 @@ def test_recorded_client_timeout_in_a_worker_log_names_rank_node_cause_and_fix()
               + _world('0.25.1', 1, 2, 0, 'Worker', 94, addr='10.0.0.9:25000') + '\n'
               + real('master_refused.rank1.log', keep_recorder_lines=False))
     result = tp_assess.assess_group(2, {0: {'node': 'spark-a', 'log': head, 'container_state': 'exited', 'exit_code': 1},
-                                       1: {'node': 'spark-b', 'log': worker, 'container_state': 'exited',
-                                           'exit_code': 1}})
+                                        1: {'node': 'spark-b', 'log': worker, 'container_state': 'exited',
+                                            'exit_code': 1}})
     assert not result['ok'] and result['missing_ranks'] == [0, 1]
     roots = [(f['code'], f['rank'], f['node']) for f in result['failures'] if f['root_cause']]
     assert ('rendezvous_timeout', 0, 'spark-a') in roots and ('master_unreachable', 1, 'spark-b') in roots

@@ -523,7 +523,7 @@ def test_assess_group_four_ranks_partial_registration():
 
 def test_assess_group_init_method_mismatch():
     result = tp_assess.assess_group(2, {0: entry('h', head_log(2)),
-                                       1: entry('w', worker_log(1, 2, init='tcp://10.0.0.1:25001'))})
+                                        1: entry('w', worker_log(1, 2, init='tcp://10.0.0.1:25001'))})
     assert failure_tuples(result) == [('init_method_mismatch', None, None)]
     assert result['init_method_consistent'] is False and result['ok'] is False
     assert '--master-port' in result['failures'][0]['fix']
@@ -544,8 +544,8 @@ def test_assess_group_expected_differs_from_logs():
 def test_assess_group_duplicate_node_rank():
     # Two workers both started with --node-rank 1; rank 2 never shows up.
     result = tp_assess.assess_group(3, {0: entry('n0', head_log(3, ready=False)),
-                                       1: entry('n1', worker_log(1, 3, joined=False)),
-                                       2: entry('n2', worker_log(1, 3, joined=False))})
+                                        1: entry('n1', worker_log(1, 3, joined=False)),
+                                        2: entry('n2', worker_log(1, 3, joined=False))})
     assert failure_tuples(result) == [('duplicate_rank', 1, 'n2'), ('rank_mismatch', 2, 'n2')]
     assert result['missing_ranks'] == [0, 1, 2] and result['pending_ranks'] == [0, 1]
     dup = [f for f in result['failures'] if f['code'] == 'duplicate_rank'][0]
@@ -554,7 +554,7 @@ def test_assess_group_duplicate_node_rank():
 
 def test_assess_group_engine_dead_after_ready():
     result = tp_assess.assess_group(2, {0: entry('h', fixture('head_v033_new_format.log')),
-                                       1: entry('w', fixture('worker_v033_new_format.log'))})
+                                        1: entry('w', fixture('worker_v033_new_format.log'))})
     assert result['head_markers']['ready'] is True
     assert result['head_ready'] is False
     assert failure_tuples(result) == [('engine_dead', 0, 'h'), ('worker_died', 0, 'h')]
@@ -577,7 +577,7 @@ def test_assess_group_engine_dead_after_ready():
 ])
 def test_assess_group_container_states(state, exit_code, expected):
     result = tp_assess.assess_group(2, {0: entry('h', head_log(2)),
-                                       1: entry('w', worker_log(1, 2), state, exit_code)})
+                                        1: entry('w', worker_log(1, 2), state, exit_code)})
     found = [(f['code'], f['severity']) for f in result['failures'] + result['warnings'] if f['rank'] == 1]
     assert found == ([expected] if expected else [])
     if expected:
@@ -598,7 +598,7 @@ def test_assess_group_restarted_worker_uses_last_boot():
     assert ('master_unreachable', 1, 'warning') in old
     # The same log, judged as a whole, is a failure.
     whole = tp_assess.assess_group(2, {0: entry('h', fixture('head_healthy_v0251.log')), 1: entry('w', log)},
-                                  last_boot_only=False)
+                                   last_boot_only=False)
     assert whole['ok'] is False and ('master_unreachable', 1, 'w') in failure_tuples(whole)
 
 

@@ -385,7 +385,7 @@ def test_judge_probe_generation_edge_cases():
     assert verdict['failure']['code'] == 'generation_timeout'
     assert tp_api.judge_probe(None, SERVED, 'h', 1, 5)['state'].startswith('API not probed')
     merged = tp_api.merge_generation(tp_api.judge_probe(base, SERVED, 'h', 1, 5),
-                                       {'generation': 'ok', 'generation_seconds': 0.3})
+                                     {'generation': 'ok', 'generation_seconds': 0.3})
     assert merged['generation'] == 'ok' and merged['generation_seconds'] == 0.3
 
 
@@ -467,9 +467,9 @@ def test_restart_and_access_diagnoses():
     result = assess(HEAD_WAIT, WORKER_WAIT)
     running = {'exists': True, 'id': 'x', 'started_at': 'T2', 'restart_count': 0}
     assert tp_diagnosis.restart_diagnoses(plan, {'spark-head': running}, {'spark-head': {'id': 'x', 'started_at': 'T2'}},
-                                      result) == []
+                                          result) == []
     moved = tp_diagnosis.restart_diagnoses(plan, {'spark-head': running}, {'spark-head': {'id': 'x', 'started_at': 'T1'}},
-                                       result)
+                                           result)
     assert [(d['code'], d['rank'], d['node']) for d in moved] == [('container_restarted', 0, 'spark-head')]
     streaks = {'spark-worker': tp_diagnosis.UNREACHABLE_ROUNDS - 1}
     assert tp_diagnosis.access_diagnoses(plan, {}, {'spark-worker': 'no route'}, streaks) == []
@@ -477,7 +477,7 @@ def test_restart_and_access_diagnoses():
     diags = tp_diagnosis.access_diagnoses(plan, {}, {'spark-worker': 'no route'}, streaks)
     assert [(d['code'], d['rank'], d['node']) for d in diags] == [('node_unreachable', 1, 'spark-worker')]
     sudo = tp_diagnosis.access_diagnoses(plan, {'spark-head': {'problem': 'docker_error',
-                                                           'message': 'sudo: a password is required'}}, {}, {})
+                                                               'message': 'sudo: a password is required'}}, {}, {})
     assert sudo[0]['code'] == 'docker_unavailable' and 'passwordless sudo' in sudo[0]['fix']
 
 
