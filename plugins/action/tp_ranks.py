@@ -19,16 +19,19 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import (
-    _tp_api as api, _tp_assess as assess, _tp_diagnosis as diagnosis, _tp_docker as docker, _tp_logbuffer as logbuffer,
-    _tp_plan as plan_mod)
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_api as tp_api
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_diagnosis as tp_diagnosis
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_docker as tp_docker
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_logbuffer as tp_logbuffer
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_plan as tp_plan
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_connections import MemberConnections
 
 display = Display()
 
 ARGUMENT_SPEC = {
     "group": {"type": "str"},
-    "container": {"type": "str", "default": plan_mod.DEFAULT_CONTAINER},
+    "container": {"type": "str", "default": tp_plan.DEFAULT_CONTAINER},
     "containers": {"type": "dict"},
     "served_model_name": {"type": "str", "required": True},
     "api_port": {"type": "int"},
@@ -104,9 +107,9 @@ class ActionModule(ActionBase):
             raw = hostvars[host] if host in hostvars else {}
             members[host] = dict((name, raw[name]) for name in PLAN_VARS if name in raw)
         try:
-            plan = plan_mod.plan_group(group, groups, members, container=args["container"],
-                                       containers=args["containers"])
-        except plan_mod.PlanError as exc:
+            plan = tp_plan.plan_group(group, groups, members, container=args["container"],
+                                      containers=args["containers"])
+        except tp_plan.PlanError as exc:
             raise AnsibleActionFail("tp_ranks cannot check this group: %s" % exc) from None
         problems = []
         if args["api_port"] is None:
@@ -135,17 +138,17 @@ class ActionModule(ActionBase):
         for member in plan["members"]:
             node = member["node"]
             name = member["container"]
-            rc, out, err = self._run_on(node, docker.inspect_command(name, become))
+            rc, out, err = self._run_on(node, tp_docker.inspect_command(name, become))
             if rc is None:
                 unreachable[node] = err
                 state["streaks"][node] = state["streaks"].get(node, 0) + 1
                 continue
             state["streaks"][node] = 0
-            obs = docker.parse_inspect(rc, out, err)
+            obs = tp_docker.parse_inspect(rc, out, err)
             observations[node] = obs
             if not obs["exists"]:
                 continue
-            buf = state["buffers"].setdefault(node, logbuffer.LogBuffer())
+            buf = state["buffers"].setdefault(node, tp_logbuffer.LogBuffer())
             first_look = state["seen_ids"].get(node) != obs["id"]
             if first_look:
                 # A new container (or the first look): start over.
@@ -153,50 +156,50 @@ class ActionModule(ActionBase):
                 state["seen_ids"][node] = obs["id"]
                 state["baselines"][node] = {"id": obs["id"], "started_at": obs["started_at"]}
             # Only what is new since the last line seen (the whole tail on a first look).
-            rc, out, err = self._run_on(node, docker.logs_command(name, args["log_lines"], buf.last_ts, become))
+            rc, out, err = self._run_on(node, tp_docker.logs_command(name, args["log_lines"], buf.last_ts, become))
             if rc == 0:
                 buf.add(out)
             elif rc is not None:
                 display.vvv("tp_ranks: docker logs %s on %s failed: %s" % (name, node, (err or out)[-300:]))
             if first_look:
                 # Registration lines older than the tail (a group that has been serving for a while).
-                rc, out, err = self._run_on(node, docker.key_lines_command(name, become))
+                rc, out, err = self._run_on(node, tp_docker.key_lines_command(name, become))
                 if rc == 0:
                     buf.add(out)
         return observations, unreachable
 
     def _run_probe(self, host, params):
         """Run the tp_api_probe module on a member (the head): its result, {unreachable, msg} if it could not run."""
-        return self._members.run_module(host, api.PROBE_MODULE, params)
+        return self._members.run_module(host, tp_api.PROBE_MODULE, params)
 
     def _probe(self, plan, args, state, head_obs):
         """Probe the API from the head; None when the head container is not running."""
         if not head_obs or not head_obs.get("running"):
             return None
         generate = state["generation"] is None
-        result = self._run_probe(plan["head"], api.probe_params(args["api_port"], args["served_model_name"], generate,
-                                                                args["generation_timeout"], args["api_key"]))
-        return api.probe_result(result)
+        result = self._run_probe(plan["head"], tp_api.probe_params(args["api_port"], args["served_model_name"], generate,
+                                                                   args["generation_timeout"], args["api_key"]))
+        return tp_api.probe_result(result)
 
     def _look(self, plan, args, state):
         """Collect every member and judge the logs: (observations, assessment, diagnoses outside the logs)."""
         observations, unreachable = self._collect(plan, args, state)
-        assessment = assess.assess_group(plan["world_size"],
-                                         logbuffer.logs_by_rank(plan, observations, state["buffers"]))
-        extra = (diagnosis.access_diagnoses(plan, observations, unreachable, state["streaks"])
-                 + diagnosis.restart_diagnoses(plan, observations, state["baselines"], assessment))
+        assessment = tp_assess.assess_group(plan["world_size"],
+                                            tp_logbuffer.logs_by_rank(plan, observations, state["buffers"]))
+        extra = (tp_diagnosis.access_diagnoses(plan, observations, unreachable, state["streaks"])
+                 + tp_diagnosis.restart_diagnoses(plan, observations, state["baselines"], assessment))
         return observations, assessment, extra
 
     def _judge_api(self, plan, args, state, head_obs):
         probe = self._probe(plan, args, state, head_obs)
-        judgement = api.judge_probe(probe, args["served_model_name"], plan["head"], args["api_port"],
-                                    args["generation_timeout"])
+        judgement = tp_api.judge_probe(probe, args["served_model_name"], plan["head"], args["api_port"],
+                                       args["generation_timeout"])
         state["probe_failures"] = state["probe_failures"] + 1 if judgement["probe_broken"] else 0
         if judgement["generation"] is not None:
             state["generation"] = dict(judgement, ready_at=time.time())
-        judgement = api.merge_generation(judgement, state["generation"])
-        if state["probe_failures"] >= diagnosis.UNREACHABLE_ROUNDS and not judgement["failure"]:
-            judgement["failure"] = api.probe_broken_diagnosis(plan, judgement)
+        judgement = tp_api.merge_generation(judgement, state["generation"])
+        if state["probe_failures"] >= tp_diagnosis.UNREACHABLE_ROUNDS and not judgement["failure"]:
+            judgement["failure"] = tp_api.probe_broken_diagnosis(plan, judgement)
         return judgement
 
     def _poll(self, plan, args):
@@ -205,18 +208,18 @@ class ActionModule(ActionBase):
                  "probe_failures": 0}
         settle = 0
         last_note = None
-        no_probe = api.judge_probe(None, args["served_model_name"], plan["head"], args["api_port"],
-                                   args["generation_timeout"])
+        no_probe = tp_api.judge_probe(None, args["served_model_name"], plan["head"], args["api_port"],
+                                      args["generation_timeout"])
         while True:
             observations, assessment, extra = self._look(plan, args, state)
             judgement = no_probe
-            verdict, diagnoses = diagnosis.evaluate_round(plan, assessment, judgement, extra, settle)
+            verdict, diagnoses = tp_diagnosis.evaluate_round(plan, assessment, judgement, extra, settle)
             if verdict != "failed":
                 judgement = self._judge_api(plan, args, state, observations.get(plan["head"]))
                 if judgement["failure"] and judgement["generation"] == "failed":
                     # The generation request may have waited a minute: judge the logs written meanwhile.
                     observations, assessment, extra = self._look(plan, args, state)
-                verdict, diagnoses = diagnosis.evaluate_round(plan, assessment, judgement, extra, settle)
+                verdict, diagnoses = tp_diagnosis.evaluate_round(plan, assessment, judgement, extra, settle)
             settle = settle + 1 if diagnoses and verdict == "waiting" else 0
             elapsed = time.monotonic() - start
 
@@ -227,9 +230,9 @@ class ActionModule(ActionBase):
 
             if verdict == "waiting" and elapsed >= args["timeout"]:
                 verdict = "failed"
-                sizes = dict((plan_mod.log_key(m), len(state["buffers"][m["node"]]) if m["node"] in state["buffers"]
+                sizes = dict((tp_plan.log_key(m), len(state["buffers"][m["node"]]) if m["node"] in state["buffers"]
                               else 0) for m in plan["members"])
-                diagnoses = diagnosis.timeout_diagnoses(plan, assessment, judgement, args["timeout"], sizes)
+                diagnoses = tp_diagnosis.timeout_diagnoses(plan, assessment, judgement, args["timeout"], sizes)
             if verdict != "waiting":
                 return self._outcome(plan, args, state, observations, assessment, judgement, verdict, diagnoses,
                                      elapsed)
@@ -238,26 +241,26 @@ class ActionModule(ActionBase):
     def _outcome(self, plan, args, state, observations, assessment, judgement, verdict, diagnoses, elapsed):
         gen = state["generation"] or {}
         out = {
-            "registered_ranks": diagnosis.registered_view(plan, assessment),
-            "missing_ranks": diagnosis.missing_view(plan, assessment),
+            "registered_ranks": tp_diagnosis.registered_view(plan, assessment),
+            "missing_ranks": tp_diagnosis.missing_view(plan, assessment),
             "world_size": assessment.get("world_size"),
             "init_method": assessment.get("init_method"),
             "api_ready": bool(judgement.get("models_ok")),
             "generation_ok": gen.get("generation") == "ok",
             "elapsed": round(elapsed, 3),
             "ready_at": gen.get("ready_at") if verdict == "ready" else None,
-            "diagnosis": diagnosis.public_diagnoses(diagnoses),
+            "diagnosis": tp_diagnosis.public_diagnoses(diagnoses),
             "containers": dict((node, dict((k, obs.get(k)) for k in (
                 "name", "state", "image", "exit_code", "restart_count", "started_at", "problem", "message")))
                 for node, obs in observations.items()),
-            "log_warnings": diagnosis.warning_view(assessment),
+            "log_warnings": tp_diagnosis.warning_view(assessment),
             "api_state": judgement.get("state"),
         }
         if verdict == "ready":
-            out["msg"] = diagnosis.success_message(plan, assessment, judgement, args["served_model_name"], elapsed)
+            out["msg"] = tp_diagnosis.success_message(plan, assessment, judgement, args["served_model_name"], elapsed)
             out["logs"] = {}
         else:
             out["failed"] = True
-            out["msg"] = diagnosis.failure_message(plan, diagnoses, elapsed)
-            out["logs"] = logbuffer.log_excerpts(plan, state["buffers"])
+            out["msg"] = tp_diagnosis.failure_message(plan, diagnoses, elapsed)
+            out["logs"] = tp_logbuffer.log_excerpts(plan, state["buffers"])
         return out
