@@ -132,7 +132,7 @@ ARGUMENT_SPEC = dict(
     model=dict(type='str', required=True),
     generate=dict(type='bool', default=False),
     generation_timeout=dict(type='float', default=60),
-    max_tokens=dict(type='int', default=16),
+    max_tokens=dict(type='int', default=16, no_log=False),
     prompt=dict(type='str', default='Reply with OK.'),
     health_timeout=dict(type='float', default=5),
     models_timeout=dict(type='float', default=10),
