@@ -4,29 +4,34 @@
 """Thin shell: waits until a tensor-parallel serving group is up, or says which rank on which node broke it.
 
 Every round it runs `docker inspect` and `docker logs` of each member's serving container through that member's
-own Ansible connection, and a small HTTP client on the head (through the head's connection) against the API on the
-head's loopback. All parsing and every decision is in module_utils/tp_probe.py and module_utils/vllm_log.py.
+own Ansible connection, and the module dspark.cluster.tp_api_probe on the head (through the head's connection)
+against the API on the head's loopback. The parts live in plugin_utils: _tp_plan (members, ranks, expected world),
+_tp_connections (the member connections), _tp_docker (commands and their parsing), _tp_logbuffer (logs merged
+across rounds), _tp_loglines / _tp_signatures / _tp_assess (what the logs say), _tp_api (the probe's arguments and
+verdict) and _tp_diagnosis (diagnoses, verdicts, result pieces).
 """
 
 from __future__ import annotations
 
-import os
 import time
 
-from ansible import constants as C
-from ansible.errors import AnsibleActionFail, AnsibleError
-from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible.plugins.loader import connection_loader
 from ansible.utils.display import Display
 
-from ansible_collections.dspark.cluster.plugins.module_utils import tp_probe, vllm_log
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_api as tp_api
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_diagnosis as tp_diagnosis
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_docker as tp_docker
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_logbuffer as tp_logbuffer
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_plan as tp_plan
+from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_connections import MemberConnections
 
 display = Display()
 
 ARGUMENT_SPEC = {
     "group": {"type": "str"},
-    "container": {"type": "str", "default": tp_probe.DEFAULT_CONTAINER},
+    "container": {"type": "str", "default": tp_plan.DEFAULT_CONTAINER},
     "containers": {"type": "dict"},
     "served_model_name": {"type": "str", "required": True},
     "api_port": {"type": "int"},
@@ -40,97 +45,6 @@ ARGUMENT_SPEC = {
 
 # Inventory variables of each member the plan reads (templated by HostVars on access).
 PLAN_VARS = ("dspark_group", "dspark_rank", "dspark_tensor_parallel_size", "dspark_gpus_per_node", "dspark_api_port")
-# Always copied for a member connection, next to the connection and shell plugins' own variables.
-BASE_CONNECTION_VARS = ("inventory_hostname", "ansible_host", "ansible_connection", "ansible_python_interpreter")
-
-
-class MemberConnections:
-    """One Ansible connection per member, built like TaskExecutor builds the connection of a delegated host.
-
-    The host the task runs on (or is delegated to) uses the task's own connection; every other member gets its
-    connection plugin (``ansible_connection``, ``smart`` = ssh) configured from its own inventory variables. The
-    connections are kept for the whole poll (ssh ControlPersist makes each command cheap) and closed at the end.
-    """
-
-    def __init__(self, action, hostvars, own_host):
-        self._action = action
-        self._hostvars = hostvars
-        self._own_host = own_host
-        self._built = {}
-
-    def _member_vars(self, host, names):
-        """Plain dict of the member's variables that the plugins read (HostVars templates each on access)."""
-        raw = self._hostvars[host]
-        found = {}
-        for name in names:
-            if name in raw:
-                found[name] = raw[name]
-        found.setdefault("inventory_hostname", host)
-        return found
-
-    def _build(self, host):
-        action = self._action
-        if host not in self._hostvars:
-            raise AnsibleError("%s is not in the inventory" % host)
-        first = self._member_vars(host, BASE_CONNECTION_VARS)
-        name = first.get("ansible_connection") or action._task.connection or C.DEFAULT_TRANSPORT
-        if name == "smart":
-            name = "ssh"
-        play_context = action._play_context.copy()
-        play_context.connection = name
-        play_context.remote_addr = first.get("ansible_host") or host
-        play_context.become = False
-        conn = connection_loader.get(name, play_context, new_stdin=None, task_uuid=action._task._uuid,
-                                     ansible_playbook_pid=to_text(os.getppid()))
-        if not conn:
-            raise AnsibleError("the connection plugin '%s' (for %s) was not found" % (name, host))
-        try:
-            conn.set_become_plugin(None)    # become is our own `sudo -n` prefix, never the connection's
-        except AttributeError:
-            pass
-        conn_vars = set(C.config.get_plugin_vars("connection", conn._load_name))
-        shell_vars = set(C.config.get_plugin_vars("shell", conn._shell._load_name))
-        names = set(BASE_CONNECTION_VARS) | conn_vars | shell_vars
-        if getattr(conn, "allow_extras", False):
-            prefix = "ansible_%s_" % conn.extras_prefix
-            names.update(n for n in self._hostvars[host] if n.startswith(prefix))
-        member_vars = self._member_vars(host, sorted(names))
-        task_keys = action._task.dump_attrs()
-        task_keys = dict(task_keys) if isinstance(task_keys, dict) else {}
-        # As TaskExecutor: 'timeout' is the connection timeout, the password comes via the play context.
-        task_keys["timeout"] = action._play_context.timeout
-        if action._play_context.password:
-            task_keys["password"] = action._play_context.password
-        task_keys.pop("retries", None)
-        conn.set_options(task_keys=task_keys, var_options=conn._resolve_option_variables(member_vars, action._templar))
-        conn._shell.set_options(task_keys=task_keys,
-                                var_options=dict((k, v) for k, v in member_vars.items() if k in shell_vars))
-        return conn
-
-    def get(self, host):
-        if host == self._own_host and self._action._connection is not None:
-            return self._action._connection
-        if host not in self._built:
-            self._built[host] = self._build(host)
-        return self._built[host]
-
-    def run(self, host, command, in_data=None):
-        """(rc, stdout, stderr); rc None when the host could not be reached or the command not started."""
-        data = to_bytes(in_data, errors="surrogate_or_strict") if in_data is not None else None
-        try:
-            conn = self.get(host)
-            rc, out, err = conn.exec_command(command, in_data=data, sudoable=False)
-        except AnsibleError as exc:
-            return None, "", to_text(exc)
-        return rc, to_text(out, errors="surrogate_or_replace"), to_text(err, errors="surrogate_or_replace")
-
-    def close(self):
-        for host, conn in self._built.items():
-            try:
-                conn.close()
-            except Exception as exc:  # pylint: disable=broad-except
-                display.vvv("tp_ranks: closing the connection to %s failed: %s" % (host, exc))
-        self._built = {}
 
 
 def empty_result():
@@ -177,7 +91,7 @@ class ActionModule(ActionBase):
         own_host = self._task.delegate_to or task_vars.get("inventory_hostname")
         self._members = MemberConnections(self, task_vars.get("hostvars") or {}, own_host)
         try:
-            result.update(self._poll(plan, args, task_vars))
+            result.update(self._poll(plan, args))
         finally:
             self._members.close()
         return result
@@ -193,9 +107,9 @@ class ActionModule(ActionBase):
             raw = hostvars[host] if host in hostvars else {}
             members[host] = dict((name, raw[name]) for name in PLAN_VARS if name in raw)
         try:
-            plan = tp_probe.plan_group(group, groups, members, container=args["container"],
-                                       containers=args["containers"])
-        except tp_probe.PlanError as exc:
+            plan = tp_plan.plan_group(group, groups, members, container=args["container"],
+                                      containers=args["containers"])
+        except tp_plan.PlanError as exc:
             raise AnsibleActionFail("tp_ranks cannot check this group: %s" % exc) from None
         problems = []
         if args["api_port"] is None:
@@ -216,14 +130,6 @@ class ActionModule(ActionBase):
 
     # ------------------------------------------------------------------ polling
 
-    def _probe_python(self, task_vars, head):
-        hostvars = task_vars.get("hostvars") or {}
-        raw = hostvars[head] if head in hostvars else {}
-        python = raw["ansible_python_interpreter"] if "ansible_python_interpreter" in raw else None
-        if isinstance(python, str) and python and not python.startswith("auto"):
-            return python
-        return "python3"
-
     def _collect(self, plan, args, state):
         """One look at every member's container: observations, unreachable nodes; updates the log buffers."""
         observations = {}
@@ -232,17 +138,17 @@ class ActionModule(ActionBase):
         for member in plan["members"]:
             node = member["node"]
             name = member["container"]
-            rc, out, err = self._run_on(node, tp_probe.inspect_command(name, become))
+            rc, out, err = self._run_on(node, tp_docker.inspect_command(name, become))
             if rc is None:
                 unreachable[node] = err
                 state["streaks"][node] = state["streaks"].get(node, 0) + 1
                 continue
             state["streaks"][node] = 0
-            obs = tp_probe.parse_inspect(rc, out, err)
+            obs = tp_docker.parse_inspect(rc, out, err)
             observations[node] = obs
             if not obs["exists"]:
                 continue
-            buf = state["buffers"].setdefault(node, tp_probe.LogBuffer())
+            buf = state["buffers"].setdefault(node, tp_logbuffer.LogBuffer())
             first_look = state["seen_ids"].get(node) != obs["id"]
             if first_look:
                 # A new container (or the first look): start over.
@@ -250,69 +156,70 @@ class ActionModule(ActionBase):
                 state["seen_ids"][node] = obs["id"]
                 state["baselines"][node] = {"id": obs["id"], "started_at": obs["started_at"]}
             # Only what is new since the last line seen (the whole tail on a first look).
-            rc, out, err = self._run_on(node, tp_probe.logs_command(name, args["log_lines"], buf.last_ts, become))
+            rc, out, err = self._run_on(node, tp_docker.logs_command(name, args["log_lines"], buf.last_ts, become))
             if rc == 0:
                 buf.add(out)
             elif rc is not None:
                 display.vvv("tp_ranks: docker logs %s on %s failed: %s" % (name, node, (err or out)[-300:]))
             if first_look:
                 # Registration lines older than the tail (a group that has been serving for a while).
-                rc, out, err = self._run_on(node, tp_probe.key_lines_command(name, become))
+                rc, out, err = self._run_on(node, tp_docker.key_lines_command(name, become))
                 if rc == 0:
                     buf.add(out)
         return observations, unreachable
+
+    def _run_probe(self, host, params):
+        """Run the tp_api_probe module on a member (the head): its result, {unreachable, msg} if it could not run."""
+        return self._members.run_module(host, tp_api.PROBE_MODULE, params)
 
     def _probe(self, plan, args, state, head_obs):
         """Probe the API from the head; None when the head container is not running."""
         if not head_obs or not head_obs.get("running"):
             return None
         generate = state["generation"] is None
-        rc, out, err = self._run_on(plan["head"], tp_probe.probe_command(state["python"]),
-                                    in_data=tp_probe.probe_input(args["api_port"], args["served_model_name"], generate,
-                                                                 args["generation_timeout"], args["api_key"]))
-        if rc is None:
-            return {"probe_error": err, "rc": None}
-        return tp_probe.parse_probe(rc, out, err)
+        result = self._run_probe(plan["head"], tp_api.probe_params(args["api_port"], args["served_model_name"], generate,
+                                                                   args["generation_timeout"], args["api_key"]))
+        return tp_api.probe_result(result)
 
     def _look(self, plan, args, state):
         """Collect every member and judge the logs: (observations, assessment, diagnoses outside the logs)."""
         observations, unreachable = self._collect(plan, args, state)
-        assessment = vllm_log.assess_group(plan["world_size"],
-                                           tp_probe.logs_by_rank(plan, observations, state["buffers"]))
-        extra = (tp_probe.access_diagnoses(plan, observations, unreachable, state["streaks"])
-                 + tp_probe.restart_diagnoses(plan, observations, state["baselines"], assessment))
+        assessment = tp_assess.assess_group(plan["world_size"],
+                                            tp_logbuffer.logs_by_rank(plan, observations, state["buffers"]))
+        extra = (tp_diagnosis.access_diagnoses(plan, observations, unreachable, state["streaks"])
+                 + tp_diagnosis.restart_diagnoses(plan, observations, state["baselines"], assessment))
         return observations, assessment, extra
 
     def _judge_api(self, plan, args, state, head_obs):
         probe = self._probe(plan, args, state, head_obs)
-        judgement = tp_probe.judge_probe(probe, args["served_model_name"], plan["head"], args["api_port"],
-                                         args["generation_timeout"])
+        judgement = tp_api.judge_probe(probe, args["served_model_name"], plan["head"], args["api_port"],
+                                       args["generation_timeout"])
         state["probe_failures"] = state["probe_failures"] + 1 if judgement["probe_broken"] else 0
         if judgement["generation"] is not None:
             state["generation"] = dict(judgement, ready_at=time.time())
-        judgement = tp_probe.merge_generation(judgement, state["generation"])
-        if state["probe_failures"] >= tp_probe.UNREACHABLE_ROUNDS and not judgement["failure"]:
-            judgement["failure"] = tp_probe.probe_broken_diagnosis(plan, judgement)
+        judgement = tp_api.merge_generation(judgement, state["generation"])
+        if state["probe_failures"] >= tp_diagnosis.UNREACHABLE_ROUNDS and not judgement["failure"]:
+            judgement["failure"] = tp_api.probe_broken_diagnosis(plan, judgement)
         return judgement
 
-    def _poll(self, plan, args, task_vars):
+    def _poll(self, plan, args):
         start = time.monotonic()
         state = {"buffers": {}, "seen_ids": {}, "baselines": {}, "streaks": {}, "generation": None,
-                 "python": self._probe_python(task_vars, plan["head"]), "probe_failures": 0}
+                 "probe_failures": 0}
         settle = 0
         last_note = None
-        no_probe = tp_probe.judge_probe(None, args["served_model_name"], plan["head"], args["api_port"],
-                                        args["generation_timeout"])
+        no_probe = tp_api.judge_probe(None, args["served_model_name"], plan["head"], args["api_port"],
+                                      args["generation_timeout"])
         while True:
             observations, assessment, extra = self._look(plan, args, state)
             judgement = no_probe
-            verdict, diagnoses = tp_probe.evaluate_round(plan, assessment, judgement, extra, settle)
+            verdict, diagnoses = tp_diagnosis.evaluate_round(plan, assessment, judgement, extra, settle)
             if verdict != "failed":
                 judgement = self._judge_api(plan, args, state, observations.get(plan["head"]))
                 if judgement["failure"] and judgement["generation"] == "failed":
                     # The generation request may have waited a minute: judge the logs written meanwhile.
                     observations, assessment, extra = self._look(plan, args, state)
-                verdict, diagnoses = tp_probe.evaluate_round(plan, assessment, judgement, extra, settle)
+                verdict, diagnoses = tp_diagnosis.evaluate_round(plan, assessment, judgement, extra, settle)
             settle = settle + 1 if diagnoses and verdict == "waiting" else 0
             elapsed = time.monotonic() - start
 
@@ -323,9 +230,9 @@ class ActionModule(ActionBase):
 
             if verdict == "waiting" and elapsed >= args["timeout"]:
                 verdict = "failed"
-                sizes = dict((tp_probe.log_key(m), len(state["buffers"][m["node"]]) if m["node"] in state["buffers"]
+                sizes = dict((tp_plan.log_key(m), len(state["buffers"][m["node"]]) if m["node"] in state["buffers"]
                               else 0) for m in plan["members"])
-                diagnoses = tp_probe.timeout_diagnoses(plan, assessment, judgement, args["timeout"], sizes)
+                diagnoses = tp_diagnosis.timeout_diagnoses(plan, assessment, judgement, args["timeout"], sizes)
             if verdict != "waiting":
                 return self._outcome(plan, args, state, observations, assessment, judgement, verdict, diagnoses,
                                      elapsed)
@@ -334,26 +241,26 @@ class ActionModule(ActionBase):
     def _outcome(self, plan, args, state, observations, assessment, judgement, verdict, diagnoses, elapsed):
         gen = state["generation"] or {}
         out = {
-            "registered_ranks": tp_probe.registered_view(plan, assessment),
-            "missing_ranks": tp_probe.missing_view(plan, assessment),
+            "registered_ranks": tp_diagnosis.registered_view(plan, assessment),
+            "missing_ranks": tp_diagnosis.missing_view(plan, assessment),
             "world_size": assessment.get("world_size"),
             "init_method": assessment.get("init_method"),
             "api_ready": bool(judgement.get("models_ok")),
             "generation_ok": gen.get("generation") == "ok",
             "elapsed": round(elapsed, 3),
             "ready_at": gen.get("ready_at") if verdict == "ready" else None,
-            "diagnosis": tp_probe.public_diagnoses(diagnoses),
+            "diagnosis": tp_diagnosis.public_diagnoses(diagnoses),
             "containers": dict((node, dict((k, obs.get(k)) for k in (
                 "name", "state", "image", "exit_code", "restart_count", "started_at", "problem", "message")))
                 for node, obs in observations.items()),
-            "log_warnings": tp_probe.warning_view(assessment),
+            "log_warnings": tp_diagnosis.warning_view(assessment),
             "api_state": judgement.get("state"),
         }
         if verdict == "ready":
-            out["msg"] = tp_probe.success_message(plan, assessment, judgement, args["served_model_name"], elapsed)
+            out["msg"] = tp_diagnosis.success_message(plan, assessment, judgement, args["served_model_name"], elapsed)
             out["logs"] = {}
         else:
             out["failed"] = True
-            out["msg"] = tp_probe.failure_message(plan, diagnoses, elapsed)
-            out["logs"] = tp_probe.log_excerpts(plan, state["buffers"])
+            out["msg"] = tp_diagnosis.failure_message(plan, diagnoses, elapsed)
+            out["logs"] = tp_logbuffer.log_excerpts(plan, state["buffers"])
         return out

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to dspark.cluster
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-# Documentation only: the work is done by the action plugin of the same name on the controller.
+# Documentation only: the work is done by the action plugin of the same name on the controller (its parts are in
+# plugins/plugin_utils/_tp_*.py; the API probe is the module tp_api_probe).
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ description:
     also prints its assignment line; from 0.19 only each node's local rank 0 does (C(info_once), scope C(local)),
     after the collective group creation, so it also proves the other ranks whose C(world_size) line is in the same
     container log. Any C(dspark_gpus_per_node) is therefore counted from what vLLM really prints.
-  - The API is probed from the head itself (a small C(python3) HTTP client run through the head's connection, against
-    C(http://127.0.0.1:<api_port>)). C(GET /v1/models) must list O(served_model_name); then exactly one real
-    generation request (C(POST /v1/chat/completions), 16 tokens) must return choices. A C(/health) answer alone is
-    not enough, since a wedged group still answers it.
+  - The API is probed from the head itself (the module M(dspark.cluster.tp_api_probe) run through the head's connection,
+    without become, against C(http://127.0.0.1:<api_port>)). C(GET /v1/models) must list O(served_model_name); then
+    exactly one real generation request (C(POST /v1/chat/completions), 16 tokens) must return choices. A C(/health)
+    answer alone is not enough, since a wedged group still answers it.
   - Succeeds when every expected rank registered with the expected world size and the same init method, the API lists
     the model and the generation request returned choices.
   - Fails at once on a known failure signature, an exited or restarted container, a wrong served model name, an API
@@ -34,7 +35,8 @@ description:
     nodes. Every diagnosis names the rank, the node, the cause and the fix; the last lines of each rank's log are
     returned on failure.
   - Other members than the host the task runs on (or is delegated to) are reached with their own inventory
-    connection variables, the way Ansible connects to a delegated host; C(become) on the task is not used for them.
+    connection variables, the way Ansible connects to a delegated host; C(become) on the task is not used for them,
+    nor for the probe module on the head.
 author:
   - dspark.cluster contributors (@dspark)
 options:
@@ -57,7 +59,9 @@ options:
     description: The head's API port. Defaults to the head's C(dspark_api_port).
     type: int
   api_key:
-    description: API key of the head (C(--api-key)); sent on the probe's standard input, never on a command line.
+    description: >-
+      API key of the head (C(--api-key)); a no_log argument of the probe module (on its standard input with
+      pipelining), never on a command line.
     type: str
   timeout:
     description: Seconds to wait for the group, in total. Real starts take 5 to 25 minutes.
@@ -92,7 +96,7 @@ attributes:
     platforms: posix
 requirements:
   - docker CLI on every member, usable by the connection user (or with O(become))
-  - python3 on the head
+  - Python on the head for the probe module (C(ansible_python_interpreter) or interpreter discovery)
 notes:
   - Run it once per serving group, for example with C(run_once=true) and C(delegate_to) the group's head.
   - The members' ranks come from C(dspark_rank); the world size is the head's C(dspark_tensor_parallel_size), or the

@@ -4,11 +4,10 @@
 """End-to-end tests of the lab's vLLM SIMULATOR (lab/simulator/dspark_vllm_sim.py).
 
 Real processes on 127.0.0.1 only, short timeouts, every wait bounded; logs are
-judged with plugins/module_utils/vllm_log.py exactly as the tp_ranks action
+judged with plugins/plugin_utils/_tp_assess.py and _tp_signatures.py exactly as the tp_ranks action
 plugin will judge the real ones.
 """
 
-import importlib.util
 import json
 import os
 import signal
@@ -30,13 +29,13 @@ SERVED = 'deepseek-v4-flash-0731'
 LOOPBACK = '127.0.0.1'
 
 try:
-    from ansible_collections.dspark.cluster.plugins.module_utils import vllm_log
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_signatures as tp_signatures
 except ImportError:
-    # Plain checkout, not under ansible_collections/dspark/cluster: load by path.
-    _SPEC = importlib.util.spec_from_file_location('dspark_cluster_vllm_log',
-                                                   str(ROOT / 'plugins' / 'module_utils' / 'vllm_log.py'))
-    vllm_log = importlib.util.module_from_spec(_SPEC)
-    _SPEC.loader.exec_module(vllm_log)
+    # Plain run without the conftest: the committed collections/ symlink makes the collection importable.
+    sys.path.insert(0, str(ROOT / 'collections'))
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_signatures as tp_signatures
 
 
 def free_port():
@@ -151,7 +150,7 @@ class Group:
         return proc
 
     def assess(self, expected=None):
-        return vllm_log.assess_group(expected or self.nnodes, dict((r, p.entry()) for r, p in self.procs.items()))
+        return tp_assess.assess_group(expected or self.nnodes, dict((r, p.entry()) for r, p in self.procs.items()))
 
 
 @pytest.fixture
@@ -181,7 +180,7 @@ def codes_of(result, key='failures'):
 
 
 def diag_codes(text):
-    return [d['code'] for d in vllm_log.find_failures(text)]
+    return [d['code'] for d in tp_signatures.find_failures(text)]
 
 
 # --------------------------------------------------------------------------- healthy group
@@ -436,7 +435,7 @@ def test_master_port_in_use(started):
         blocker.listen(1)
         head = group.start(0)
         assert head.wait_exit(8) == 1, head.log()
-    diags = [d for d in vllm_log.find_failures(head.log()) if d['code'] == 'port_in_use']
+    diags = [d for d in tp_signatures.find_failures(head.log()) if d['code'] == 'port_in_use']
     assert [d['details']['port_kind'] for d in diags] == ['master']
 
 
@@ -447,7 +446,7 @@ def test_api_port_in_use(started):
         blocker.listen(1)
         head = group.start(0)
         assert head.wait_exit(8) == 1, head.log()
-    diags = [d for d in vllm_log.find_failures(head.log()) if d['code'] == 'port_in_use']
+    diags = [d for d in tp_signatures.find_failures(head.log()) if d['code'] == 'port_in_use']
     assert [d['details']['port_kind'] for d in diags] == ['api']
 
 
@@ -480,7 +479,7 @@ def test_gloo_wrong_interface(started):
     worker = group.start(1, env=base_env(GLOO_SOCKET_IFNAME='enP2p1s0f1np1'))
     head = group.start(0)
     assert worker.wait_exit(10) == 1, worker.log()
-    diag = [d for d in vllm_log.find_failures(worker.log()) if d['code'] == 'wrong_interface'][0]
+    diag = [d for d in tp_signatures.find_failures(worker.log()) if d['code'] == 'wrong_interface'][0]
     assert diag['details']['iface'] == 'enP2p1s0f1np1'
     assert head.wait_exit(10) == 1
 
@@ -551,7 +550,7 @@ def test_tp4_over_two_nodes_two_gpus_each(started, newer):
     launch = [line for line in procs[1].log().splitlines() if 'headless multiproc executor' in line][0]
     assert launch.startswith('(MainProcess pid=') if newer else launch.startswith('INFO ')
     logs = {0: procs[0].entry(), 2: procs[1].entry()}
-    result = vllm_log.assess_group(4, logs)
+    result = tp_assess.assess_group(4, logs)
     assert result['ok'], result['msg']
     assert [(r['rank'], r['node'], r.get('via')) for r in result['registered_ranks']] == [
         (0, 'head', None), (1, 'head', 'local_rank0' if newer else None), (2, 'node1', None),

@@ -236,7 +236,16 @@ def run(cluster, monkeypatch, args=None, tvars=None, **kwargs):
     full.update(args or {})
     action = make_action(full, **kwargs)
     monkeypatch.setattr(action, "_run_on", cluster.run)
+    monkeypatch.setattr(action, "_run_probe", lambda host, params: probe_module(cluster, host, params))
     return action.run(task_vars=tvars or task_vars())
+
+
+def probe_module(cluster, host, params):
+    """The tp_api_probe module on `host`, answered by the fake cluster like the probe script it replaced."""
+    rc, out, err = cluster.run(host, "python3 -c tp_api_probe", in_data=json.dumps(params))
+    if rc is None:
+        return {"unreachable": True, "failed": True, "msg": err}
+    return dict(json.loads(out), changed=False) if rc == 0 else {"failed": True, "rc": rc, "module_stderr": err}
 
 
 def diag_tuples(result):

@@ -14,24 +14,27 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import importlib.util
 import json
+import sys
 import re
 from pathlib import Path
 
 import pytest
 
 try:
-    from ansible_collections.dspark.cluster.plugins.module_utils import tp_probe, vllm_log
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_diagnosis as tp_diagnosis
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_loglines as tp_lines
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_plan as tp_plan
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_signatures as tp_signatures
 except ImportError:
-    def _load(name):
-        path = Path(__file__).resolve().parents[4] / 'plugins' / 'module_utils' / (name + '.py')
-        spec = importlib.util.spec_from_file_location('dspark_cluster_' + name, str(path))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    vllm_log = _load('vllm_log')
-    tp_probe = _load('tp_probe')
+    # Plain run without the conftest: the committed collections/ symlink makes the collection importable.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[4] / 'collections'))
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_diagnosis as tp_diagnosis
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_loglines as tp_lines
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_plan as tp_plan
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_signatures as tp_signatures
 
 HERE = Path(__file__).resolve().parent
 REAL = HERE / 'fixtures' / 'real'
@@ -136,7 +139,7 @@ def node_log(version, first_rank, gpus, world, head, assigned=True, skip_world=(
 def test_tp4_over_two_nodes_with_two_gpus_each_is_ready(version):
     logs = {0: {'node': 'spark-a', 'log': node_log(version, 0, 2, 4, head=True), 'container_state': 'running'},
             2: {'node': 'spark-b', 'log': node_log(version, 2, 2, 4, head=False), 'container_state': 'running'}}
-    result = vllm_log.assess_group(4, logs)
+    result = tp_assess.assess_group(4, logs)
     assert result['missing_ranks'] == []
     assert [(r['rank'], r['node'], r.get('via')) for r in result['registered_ranks']] == [
         (0, 'spark-a', None), (1, 'spark-a', 'local_rank0'), (2, 'spark-b', None), (3, 'spark-b', 'local_rank0')]
@@ -153,20 +156,20 @@ def test_local_rank0_vouches_only_for_its_own_log_and_boot(version):
     # The worker's local rank 0 did not get through the group creation: neither worker rank is proven.
     logs = {0: {'node': 'spark-a', 'log': node_log(version, 0, 2, 4, head=True, assigned=False)},
             2: {'node': 'spark-b', 'log': node_log(version, 2, 2, 4, head=False, assigned=False)}}
-    result = vllm_log.assess_group(4, logs)
+    result = tp_assess.assess_group(4, logs)
     assert result['missing_ranks'] == [0, 1, 2, 3] and result['pending_ranks'] == [0, 1, 2, 3]
     assert not result['rendezvous_complete'] and result['store_rendezvous_complete']
     assert not result['ok']
     # A rank whose own world_size line is not in the log is not counted.
     logs = {0: {'node': 'spark-a', 'log': node_log(version, 0, 2, 4, head=True)},
             2: {'node': 'spark-b', 'log': node_log(version, 2, 2, 4, head=False, skip_world=(3,))}}
-    result = vllm_log.assess_group(4, logs)
+    result = tp_assess.assess_group(4, logs)
     assert result['missing_ranks'] == [3] and not result['ok']
 
 
 @pytest.mark.parametrize('version', VERSIONS)
 def test_rank_lines_rendered_from_the_wheels(version):
-    recs = vllm_log.parse_rank_lines(node_log(version, 2, 2, 4, head=False))
+    recs = tp_lines.parse_rank_lines(node_log(version, 2, 2, 4, head=False))
     assert [(r['kind'], r['rank'], r['world_size'], r['process'], r['pid'], r['level']) for r in recs] == [
         ('world_size', 2, 4, 'Worker', 102, 'INFO'), ('world_size', 3, 4, 'Worker', 103, 'INFO'),
         ('assignment', 2, 4, 'Worker', 102, 'INFO')]
@@ -183,7 +186,7 @@ def _plan(world=4, gpus=2):
     groups = {'pair': ['spark-a', 'spark-b']}
     member_vars = {'spark-a': {'dspark_rank': 0, 'dspark_gpus_per_node': gpus, 'dspark_api_port': 8888},
                    'spark-b': {'dspark_rank': 1}}
-    plan = tp_probe.plan_group('pair', groups, member_vars)
+    plan = tp_plan.plan_group('pair', groups, member_vars)
     assert plan['world_size'] == world
     return plan
 
@@ -195,8 +198,8 @@ def test_hang_after_store_rendezvous_is_an_nccl_hang_not_a_missing_rank(version)
                 'container_state': 'running'},
             2: {'node': 'spark-b', 'log': node_log(version, 2, 2, 4, head=False, assigned=False),
                 'container_state': 'running'}}
-    assessment = vllm_log.assess_group(4, logs)
-    diags = tp_probe.timeout_diagnoses(plan, assessment, {'models_ok': False}, 900, {0: 5, 2: 4})
+    assessment = tp_assess.assess_group(4, logs)
+    diags = tp_diagnosis.timeout_diagnoses(plan, assessment, {'models_ok': False}, 900, {0: 5, 2: 4})
     assert [(d['code'], d['rank'], d['node']) for d in diags] == [
         ('nccl_init_hang', 0, 'spark-a'), ('nccl_init_hang', 1, 'spark-a'), ('nccl_init_hang', 2, 'spark-b'),
         ('nccl_init_hang', 3, 'spark-b')]
@@ -209,8 +212,8 @@ def test_without_the_nccl_line_a_missing_rank_still_never_joined():
     plan = _plan()
     head = node_log('0.25.1', 0, 2, 4, head=True, assigned=False).replace(
         render('0.25.1', 'nccl_version', ['2.28.9'], 'Worker', 100) + '\n', '')
-    assessment = vllm_log.assess_group(4, {0: {'node': 'spark-a', 'log': head}, 2: {'node': 'spark-b', 'log': ''}})
-    diags = tp_probe.timeout_diagnoses(plan, assessment, {'models_ok': False}, 900, {0: 3, 2: 0})
+    assessment = tp_assess.assess_group(4, {0: {'node': 'spark-a', 'log': head}, 2: {'node': 'spark-b', 'log': ''}})
+    diags = tp_diagnosis.timeout_diagnoses(plan, assessment, {'models_ok': False}, 900, {0: 3, 2: 0})
     assert [d['code'] for d in diags] == ['rendezvous_timeout'] * 4
     assert 'its container printed nothing' in diags[0]['cause']
 
@@ -251,7 +254,7 @@ STATEMENT_CASES = [
 @pytest.mark.parametrize('version, name, values, proc, expected, details', STATEMENT_CASES)
 def test_statement_signatures(version, name, values, proc, expected, details):
     line = render(version, name, values, proc, 211)
-    found = vllm_log.find_failures(line + '\n')
+    found = tp_signatures.find_failures(line + '\n')
     assert [(d['code'], d['signature']) for d in found] == [expected], line
     diag = found[0]
     assert dict((k, diag['details'].get(k)) for k in details) == details
@@ -264,9 +267,9 @@ def test_0_33_headless_main_process_prefix_and_argument_error_with_rank_and_node
                         '  File "/usr/local/bin/vllm", line 10, in <module>',
                         render('0.33.0', 'node_rank_out_of_range', [1, 2], None)]) + '\n'
     assert worker.startswith('(MainProcess pid=1) INFO ')
-    result = vllm_log.assess_group(2, {0: {'node': 'spark-a', 'log': ''},
-                                       1: {'node': 'spark-b', 'log': worker, 'container_state': 'exited',
-                                           'exit_code': 1}})
+    result = tp_assess.assess_group(2, {0: {'node': 'spark-a', 'log': ''},
+                                        1: {'node': 'spark-b', 'log': worker, 'container_state': 'exited',
+                                            'exit_code': 1}})
     first = [f for f in result['failures'] if f['root_cause']][0]
     assert (first['code'], first['rank'], first['node']) == ('bad_arguments', 1, 'spark-b')
     assert '--node-rank 2' in first['cause'] and 'dspark_rank' in first['fix']
@@ -314,7 +317,7 @@ REAL_CASES = [
 
 @pytest.mark.parametrize('name, expected', REAL_CASES)
 def test_recorded_output_signatures(name, expected):
-    found = vllm_log.find_failures(real(name))
+    found = tp_signatures.find_failures(real(name))
     assert [(d['code'], d['signature'], d['severity'], d['root_cause']) for d in found] == expected
     for diag in found:
         assert diag['cause'] and diag['fix'] and '{' not in diag['cause'] and '?' not in diag['cause']
@@ -322,7 +325,7 @@ def test_recorded_output_signatures(name, expected):
 
 
 def _one(name, signature):
-    return [d for d in vllm_log.find_failures(real(name)) if d['signature'] == signature][0]
+    return [d for d in tp_signatures.find_failures(real(name)) if d['signature'] == signature][0]
 
 
 def test_recorded_details():
@@ -353,7 +356,7 @@ def test_recorded_last_error_on_its_own_line_keeps_the_cause():
     # Without the NCCL WARN line (NCCL_DEBUG unset) the joined "Last error:" line carries the cause alone.
     default = real('nccl_wrong_iface_default.rank0.log')
     assert 'NCCL WARN' not in default
-    found = [d for d in vllm_log.find_failures(default) if d['code'] == 'wrong_interface']
+    found = [d for d in tp_signatures.find_failures(default) if d['code'] == 'wrong_interface']
     assert len(found) == 1 and found[0]['line'] == '[rank0]: Last error: Bootstrap : no socket interface found'
     # The peer-gone case: "Last error:" alone, detail on the next line, without any prefix.
     peer = _one('nccl_peer_gone.rank0.log', 'nccl_last_error')
@@ -395,7 +398,7 @@ def _torch_error_block(detail):
                  'hca': 'rocep1s0f1'}),
 ])
 def test_wrong_gid_or_hca_is_its_own_root_cause(detail, fields):
-    found = vllm_log.find_failures(_torch_error_block(detail))
+    found = tp_signatures.find_failures(_torch_error_block(detail))
     by_sig = dict((d['signature'], d) for d in found)
     gid = [d for d in found if d['code'] == 'wrong_gid_or_hca']
     assert len(gid) == 1 and gid[0]['root_cause'] is True
@@ -424,7 +427,7 @@ NCCL_230_LINES = [
 
 @pytest.mark.parametrize('line, signature, severity', NCCL_230_LINES)
 def test_nccl_2_29_plus_socket_wording(line, signature, severity):
-    found = vllm_log.find_failures(line + '\n')
+    found = tp_signatures.find_failures(line + '\n')
     assert [(d['signature'], d['severity']) for d in found] == [(signature, severity)]
     assert found[0]['details']['peer'] == '10.0.0.2<45311>'
 
@@ -438,13 +441,13 @@ def test_recorded_client_timeout_in_a_worker_log_names_rank_node_cause_and_fix()
     worker = (render('0.25.1', 'headless_launch', ['0.25.1', '10.0.0.9:25000'], None, 1) + '\n'
               + _world('0.25.1', 1, 2, 0, 'Worker', 94, addr='10.0.0.9:25000') + '\n'
               + real('master_refused.rank1.log', keep_recorder_lines=False))
-    result = vllm_log.assess_group(2, {0: {'node': 'spark-a', 'log': head, 'container_state': 'exited', 'exit_code': 1},
-                                       1: {'node': 'spark-b', 'log': worker, 'container_state': 'exited',
-                                           'exit_code': 1}})
+    result = tp_assess.assess_group(2, {0: {'node': 'spark-a', 'log': head, 'container_state': 'exited', 'exit_code': 1},
+                                        1: {'node': 'spark-b', 'log': worker, 'container_state': 'exited',
+                                            'exit_code': 1}})
     assert not result['ok'] and result['missing_ranks'] == [0, 1]
     roots = [(f['code'], f['rank'], f['node']) for f in result['failures'] if f['root_cause']]
     assert ('rendezvous_timeout', 0, 'spark-a') in roots and ('master_unreachable', 1, 'spark-b') in roots
     assert {'init_method_mismatch'} <= set(f['code'] for f in result['failures'])
-    diags = tp_probe.assessment_diagnoses(result)
+    diags = tp_diagnosis.assessment_diagnoses(result)
     # The head only waited for the worker: the worker's own cause comes first.
     assert (diags[0]['code'], diags[0]['rank']) == ('master_unreachable', 1)

@@ -1,25 +1,27 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to dspark.cluster
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests for plugins/module_utils/vllm_log.py (pure log parsing)."""
+"""Unit tests for the log parsing of tp_ranks: plugins/plugin_utils/_tp_loglines.py, _tp_signatures.py, _tp_assess.py."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
 try:
-    from ansible_collections.dspark.cluster.plugins.module_utils import vllm_log
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_loglines as tp_lines
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_signatures as tp_signatures
 except ImportError:
-    # Plain checkout, not under ansible_collections/dspark/cluster: load by path.
-    _PATH = Path(__file__).resolve().parents[4] / 'plugins' / 'module_utils' / 'vllm_log.py'
-    _SPEC = importlib.util.spec_from_file_location('dspark_cluster_vllm_log', str(_PATH))
-    vllm_log = importlib.util.module_from_spec(_SPEC)
-    _SPEC.loader.exec_module(vllm_log)
+    # Plain run without the conftest: the committed collections/ symlink makes the collection importable.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[4] / 'collections'))
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_loglines as tp_lines
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_signatures as tp_signatures
 
 FIXTURES = Path(__file__).resolve().parent / 'fixtures' / 'vllm'
 
@@ -52,7 +54,7 @@ def codes(diagnoses):
     ('', ''),
 ])
 def test_strip_ansi(raw, expected):
-    assert vllm_log.strip_ansi(raw) == expected
+    assert tp_lines.strip_ansi(raw) == expected
 
 
 # --------------------------------------------------------------------------- parse_rank_lines
@@ -84,7 +86,7 @@ INIT_10 = 'tcp://10.0.0.1:25000'
 ])
 def test_parse_rank_lines_fixtures(name, expected):
     got = []
-    for rec in vllm_log.parse_rank_lines(fixture(name)):
+    for rec in tp_lines.parse_rank_lines(fixture(name)):
         fourth = rec['init_method'] if rec['kind'] == 'world_size' else rec['tp_rank']
         got.append((rec['kind'], rec['rank'], rec['world_size'], fourth, rec['level'], rec['process'], rec['pid']))
         assert rec['line'] and '\x1b' not in rec['line'] and '\r' not in rec['line']
@@ -112,7 +114,7 @@ def test_parse_rank_lines_fixtures(name, expected):
      {'DP': 0, 'PP': 0, 'PCP': 0, 'TP': 1, 'EP': 0, 'EPLB': 'N/A'}),
 ])
 def test_parse_assignment_variants(line, groups):
-    recs = vllm_log.parse_rank_lines(line)
+    recs = tp_lines.parse_rank_lines(line)
     assert len(recs) == 1
     assert recs[0]['kind'] == 'assignment'
     assert recs[0]['groups'] == groups
@@ -137,7 +139,7 @@ def test_parse_assignment_variants(line, groups):
      {'rank': 1, 'backend': 'nccl', 'init_method': 'tcp://10.0.0.1:25000'}),
 ])
 def test_parse_world_size_variants(line, expected):
-    recs = vllm_log.parse_rank_lines(line)
+    recs = tp_lines.parse_rank_lines(line)
     assert len(recs) == 1 and recs[0]['kind'] == 'world_size'
     for key, value in expected.items():
         assert recs[0][key] == value, key
@@ -151,7 +153,7 @@ def test_parse_world_size_variants(line, expected):
     'rank 0 in world size two is assigned as nothing',
 ])
 def test_parse_rank_lines_ignores_lookalikes(line):
-    assert vllm_log.parse_rank_lines(line) == []
+    assert tp_lines.parse_rank_lines(line) == []
 
 
 # --------------------------------------------------------------------------- head_ready_markers
@@ -166,7 +168,7 @@ def test_parse_rank_lines_ignores_lookalikes(line):
     ('worker_healthy_v0251.log', False, None, None, '0.25.2.dev0+g752a3a504.d20260714'),
 ])
 def test_head_ready_markers(name, ready, kv_tokens, api_url, version):
-    markers = vllm_log.head_ready_markers(fixture(name))
+    markers = tp_lines.head_ready_markers(fixture(name))
     assert markers['ready'] is ready
     assert (markers['gpu_kv_cache_size'] or {}).get('tokens') == kv_tokens
     assert (markers['api_server_start'] or {}).get('url') == api_url
@@ -174,14 +176,14 @@ def test_head_ready_markers(name, ready, kv_tokens, api_url, version):
 
 
 def test_head_ready_markers_values():
-    markers = vllm_log.head_ready_markers(fixture('head_healthy_v0251.log'))
+    markers = tp_lines.head_ready_markers(fixture('head_healthy_v0251.log'))
     assert markers['available_kv_cache']['gib'] == 18.08
     assert markers['max_concurrency']['tokens_per_request'] == 1048576
     assert markers['max_concurrency']['factor'] == 2.38
     assert markers['init_engine']['seconds'] == 243.61
     assert markers['startup_complete']['line'].endswith('INFO:     Application startup complete.')
     # v0.33 prints both KV values on one line.
-    v033 = vllm_log.head_ready_markers(fixture('head_v033_new_format.log'))
+    v033 = tp_lines.head_ready_markers(fixture('head_v033_new_format.log'))
     assert v033['max_concurrency']['factor'] == 2.42
     assert v033['max_concurrency']['lineno'] == v033['gpu_kv_cache_size']['lineno']
 
@@ -189,7 +191,7 @@ def test_head_ready_markers_values():
 def test_head_not_ready_when_startup_line_precedes_kv():
     text = ('INFO:     Application startup complete.\n'
             '(EngineCore pid=1) INFO 11-29 18:44:03 [kv_cache_utils.py:1306] GPU KV cache size: 10 tokens\n')
-    assert vllm_log.head_ready_markers(text)['ready'] is False
+    assert tp_lines.head_ready_markers(text)['ready'] is False
 
 
 # --------------------------------------------------------------------------- find_failures (fixtures)
@@ -217,31 +219,31 @@ def test_head_not_ready_when_startup_line_precedes_kv():
     ('head_v033_new_format.log', [('worker_died', 'worker_died'), ('engine_dead', 'engine_dead')]),
 ])
 def test_find_failures_fixtures(name, expected):
-    assert codes(vllm_log.find_failures(fixture(name))) == expected
+    assert codes(tp_signatures.find_failures(fixture(name))) == expected
 
 
 def test_find_failures_details_and_evidence():
-    diag = [d for d in vllm_log.find_failures(fixture('head_worker_never_joined.log'))
+    diag = [d for d in tp_signatures.find_failures(fixture('head_worker_never_joined.log'))
             if d['code'] == 'rendezvous_timeout'][0]
     assert diag['details'] == {'seconds': 601, 'joined': 1, 'expected': 2}
     assert diag['severity'] == 'fatal' and diag['root_cause'] is True
     assert diag['line'].endswith('DistStoreError: Timed out after 601 seconds waiting for clients. 1/2 clients joined.')
     assert 'master-addr' in diag['fix'] and '1/2' in diag['cause']
 
-    net = [d for d in vllm_log.find_failures(fixture('worker_dist_network_error.log'))
+    net = [d for d in tp_signatures.find_failures(fixture('worker_dist_network_error.log'))
            if d['signature'] == 'client_connect_timeout'][0]
     assert net['details'] == {'timeout': 600000, 'unit': 'ms', 'host': '10.0.0.9', 'port': 25000}
     assert net['count'] == 5 and net['line'].startswith('[E1129 19:11:58.101994187 socket.cpp:1028] [c10d] ')
 
-    gloo = [d for d in vllm_log.find_failures(fixture('worker_gloo_wrong_interface.log'))
+    gloo = [d for d in tp_signatures.find_failures(fixture('worker_gloo_wrong_interface.log'))
             if d['code'] == 'wrong_interface'][0]
     assert gloo['details']['iface'] == 'enp1s0f1np1' and 'GLOO_SOCKET_IFNAME' in gloo['fix']
 
-    nccl = [d for d in vllm_log.find_failures(fixture('worker_nccl_unhandled_system_error.log'))
+    nccl = [d for d in tp_signatures.find_failures(fixture('worker_nccl_unhandled_system_error.log'))
             if d['code'] == 'nccl_init_error'][0]
     assert 'NCCL_IB_GID_INDEX' in nccl['fix'] and 'NCCL_SOCKET_IFNAME' in nccl['fix']
 
-    died = vllm_log.find_failures(fixture('head_v033_new_format.log'))[0]
+    died = tp_signatures.find_failures(fixture('head_v033_new_format.log'))[0]
     assert died['details'] == {'proc': 'VllmWorker-0', 'exit_code': -9}
 
 
@@ -250,7 +252,7 @@ def test_traceback_source_lines_are_not_diagnosed():
             'raise RuntimeError(f"NCCL error: {error_str}")\n'
             '  File "/x/vllm/v1/engine/core_client.py", line 10, in f\n'
             '    raise EngineDeadError()\n')
-    assert vllm_log.find_failures(text) == []
+    assert tp_signatures.find_failures(text) == []
 
 
 # --------------------------------------------------------------------------- find_failures (single lines)
@@ -356,7 +358,7 @@ LINE_CASES = [
 @pytest.mark.parametrize('line, code, severity, details', LINE_CASES, ids=[c[1] + '-' + str(i)
                                                                            for i, c in enumerate(LINE_CASES)])
 def test_find_failures_lines(line, code, severity, details):
-    diags = vllm_log.find_failures(line)
+    diags = tp_signatures.find_failures(line)
     assert [d['code'] for d in diags] == [code]
     assert diags[0]['severity'] == severity
     for key, value in details.items():
@@ -375,13 +377,13 @@ def test_find_failures_lines(line, code, severity, details):
     'hit rate: 0.0%',
 ])
 def test_find_failures_ignores_noise(line):
-    assert vllm_log.find_failures(line) == []
+    assert tp_signatures.find_failures(line) == []
 
 
 def test_every_signature_has_code_fix_and_unique_id():
-    ids = [sig['id'] for sig in vllm_log.SIGNATURES]
+    ids = [sig['id'] for sig in tp_signatures.SIGNATURES]
     assert len(ids) == len(set(ids))
-    for sig in vllm_log.SIGNATURES:
+    for sig in tp_signatures.SIGNATURES:
         assert sig['severity'] in ('fatal', 'warning')
         assert sig['code'] and sig['fix'] and sig['needles']
 
@@ -431,7 +433,7 @@ def failure_tuples(result, key='failures'):
 
 
 def test_assess_group_healthy_fixtures_with_string_keys():
-    result = vllm_log.assess_group('2', {
+    result = tp_assess.assess_group('2', {
         '0': entry('spark-head', fixture('head_healthy_v0251.log')),
         '1': entry('spark-worker', fixture('worker_healthy_v0251.log')),
     })
@@ -455,14 +457,14 @@ def test_assess_group_healthy_fixtures_with_string_keys():
     ('head_ansi_v0151.log', 'worker_ansi_v0151.log', 'tcp://10.0.0.1:25000'),
 ])
 def test_assess_group_format_variants(head_name, worker_name, init):
-    result = vllm_log.assess_group(2, {0: entry('h', fixture(head_name)), 1: entry('w', fixture(worker_name))})
+    result = tp_assess.assess_group(2, {0: entry('h', fixture(head_name)), 1: entry('w', fixture(worker_name))})
     assert [r['rank'] for r in result['registered_ranks']] == [0, 1]
     assert result['init_method'] == init and result['init_method_consistent'] is True
     assert result['missing_ranks'] == []
 
 
 def test_assess_group_worker_never_joined():
-    result = vllm_log.assess_group(2, {
+    result = tp_assess.assess_group(2, {
         0: entry('spark-head', fixture('head_worker_never_joined.log'), 'exited', 1),
         1: entry('spark-worker', fixture('worker_dist_network_error.log'), 'exited', 1),
     })
@@ -488,7 +490,7 @@ def test_assess_group_worker_never_joined():
 
 def test_assess_group_three_ranks_healthy():
     logs = {0: entry('n0', head_log(3)), 1: entry('n1', worker_log(1, 3)), 2: entry('n2', worker_log(2, 3))}
-    result = vllm_log.assess_group(3, logs)
+    result = tp_assess.assess_group(3, logs)
     assert result['ok'] is True
     assert [(r['rank'], r['node']) for r in result['registered_ranks']] == [(0, 'n0'), (1, 'n1'), (2, 'n2')]
     assert result['expected_ranks'] == [0, 1, 2] and result['world_size'] == 3
@@ -497,7 +499,7 @@ def test_assess_group_three_ranks_healthy():
 
 def test_assess_group_three_ranks_one_pending_one_absent():
     logs = {0: entry('n0', head_log(3, ready=False)), 1: entry('n1', worker_log(1, 3, joined=False))}
-    result = vllm_log.assess_group(3, logs)
+    result = tp_assess.assess_group(3, logs)
     assert result['ok'] is False
     assert result['registered_ranks'] == []
     assert result['missing_ranks'] == [0, 1, 2]
@@ -512,7 +514,7 @@ def test_assess_group_four_ranks_partial_registration():
     logs = dict((r, entry('n%d' % r, worker_log(r, 4))) for r in (1, 2, 3))
     logs[0] = entry('n0', head_log(4))
     logs[3] = entry('n3', worker_log(3, 4, joined=False), 'exited', 137)
-    result = vllm_log.assess_group(4, logs)
+    result = tp_assess.assess_group(4, logs)
     assert [r['rank'] for r in result['registered_ranks']] == [0, 1, 2]
     assert result['missing_ranks'] == [3] and result['pending_ranks'] == [3]
     assert failure_tuples(result) == [('container_exited', 3, 'n3')]
@@ -520,30 +522,30 @@ def test_assess_group_four_ranks_partial_registration():
 
 
 def test_assess_group_init_method_mismatch():
-    result = vllm_log.assess_group(2, {0: entry('h', head_log(2)),
-                                       1: entry('w', worker_log(1, 2, init='tcp://10.0.0.1:25001'))})
+    result = tp_assess.assess_group(2, {0: entry('h', head_log(2)),
+                                        1: entry('w', worker_log(1, 2, init='tcp://10.0.0.1:25001'))})
     assert failure_tuples(result) == [('init_method_mismatch', None, None)]
     assert result['init_method_consistent'] is False and result['ok'] is False
     assert '--master-port' in result['failures'][0]['fix']
 
 
 def test_assess_group_world_size_mismatch():
-    result = vllm_log.assess_group(2, {0: entry('h', head_log(2)), 1: entry('w', worker_log(1, 3))})
+    result = tp_assess.assess_group(2, {0: entry('h', head_log(2)), 1: entry('w', worker_log(1, 3))})
     assert ('world_size_mismatch', None, None) in failure_tuples(result)
     assert result['world_size'] is None and result['world_sizes_seen'] == [2, 3]
 
 
 def test_assess_group_expected_differs_from_logs():
-    result = vllm_log.assess_group(3, {0: entry('h', head_log(2)), 1: entry('w', worker_log(1, 2))})
+    result = tp_assess.assess_group(3, {0: entry('h', head_log(2)), 1: entry('w', worker_log(1, 2))})
     assert failure_tuples(result) == [('world_size_mismatch', None, None)]
     assert result['missing_ranks'] == [2]
 
 
 def test_assess_group_duplicate_node_rank():
     # Two workers both started with --node-rank 1; rank 2 never shows up.
-    result = vllm_log.assess_group(3, {0: entry('n0', head_log(3, ready=False)),
-                                       1: entry('n1', worker_log(1, 3, joined=False)),
-                                       2: entry('n2', worker_log(1, 3, joined=False))})
+    result = tp_assess.assess_group(3, {0: entry('n0', head_log(3, ready=False)),
+                                        1: entry('n1', worker_log(1, 3, joined=False)),
+                                        2: entry('n2', worker_log(1, 3, joined=False))})
     assert failure_tuples(result) == [('duplicate_rank', 1, 'n2'), ('rank_mismatch', 2, 'n2')]
     assert result['missing_ranks'] == [0, 1, 2] and result['pending_ranks'] == [0, 1]
     dup = [f for f in result['failures'] if f['code'] == 'duplicate_rank'][0]
@@ -551,8 +553,8 @@ def test_assess_group_duplicate_node_rank():
 
 
 def test_assess_group_engine_dead_after_ready():
-    result = vllm_log.assess_group(2, {0: entry('h', fixture('head_v033_new_format.log')),
-                                       1: entry('w', fixture('worker_v033_new_format.log'))})
+    result = tp_assess.assess_group(2, {0: entry('h', fixture('head_v033_new_format.log')),
+                                        1: entry('w', fixture('worker_v033_new_format.log'))})
     assert result['head_markers']['ready'] is True
     assert result['head_ready'] is False
     assert failure_tuples(result) == [('engine_dead', 0, 'h'), ('worker_died', 0, 'h')]
@@ -574,8 +576,8 @@ def test_assess_group_engine_dead_after_ready():
     (None, None, None),
 ])
 def test_assess_group_container_states(state, exit_code, expected):
-    result = vllm_log.assess_group(2, {0: entry('h', head_log(2)),
-                                       1: entry('w', worker_log(1, 2), state, exit_code)})
+    result = tp_assess.assess_group(2, {0: entry('h', head_log(2)),
+                                        1: entry('w', worker_log(1, 2), state, exit_code)})
     found = [(f['code'], f['severity']) for f in result['failures'] + result['warnings'] if f['rank'] == 1]
     assert found == ([expected] if expected else [])
     if expected:
@@ -583,25 +585,25 @@ def test_assess_group_container_states(state, exit_code, expected):
 
 
 def test_assess_group_head_container_exited_means_not_ready():
-    result = vllm_log.assess_group(2, {0: entry('h', head_log(2), 'exited', 0), 1: entry('w', worker_log(1, 2))})
+    result = tp_assess.assess_group(2, {0: entry('h', head_log(2), 'exited', 0), 1: entry('w', worker_log(1, 2))})
     assert result['head_markers']['ready'] is True and result['head_ready'] is False
 
 
 def test_assess_group_restarted_worker_uses_last_boot():
     log = fixture('worker_dist_network_error.log') + fixture('worker_healthy_v0251.log')
-    result = vllm_log.assess_group(2, {0: entry('h', fixture('head_healthy_v0251.log')), 1: entry('w', log)})
+    result = tp_assess.assess_group(2, {0: entry('h', fixture('head_healthy_v0251.log')), 1: entry('w', log)})
     assert result['ok'] is True
     assert result['ranks'][1]['boots'] == 2
     old = [(w['code'], w['previous_boot'], w['severity']) for w in result['warnings']]
     assert ('master_unreachable', 1, 'warning') in old
     # The same log, judged as a whole, is a failure.
-    whole = vllm_log.assess_group(2, {0: entry('h', fixture('head_healthy_v0251.log')), 1: entry('w', log)},
-                                  last_boot_only=False)
+    whole = tp_assess.assess_group(2, {0: entry('h', fixture('head_healthy_v0251.log')), 1: entry('w', log)},
+                                   last_boot_only=False)
     assert whole['ok'] is False and ('master_unreachable', 1, 'w') in failure_tuples(whole)
 
 
 def test_assess_group_plain_string_logs_and_missing_head():
-    result = vllm_log.assess_group(2, {1: worker_log(1, 2)})
+    result = tp_assess.assess_group(2, {1: worker_log(1, 2)})
     assert [r['rank'] for r in result['registered_ranks']] == [1]
     assert result['registered_ranks'][0]['node'] == 'rank1'
     assert result['head_ready'] is False and result['head_markers'] is None
@@ -610,21 +612,21 @@ def test_assess_group_plain_string_logs_and_missing_head():
 
 def test_split_boots():
     log = fixture('worker_dist_network_error.log') + fixture('worker_healthy_v0251.log')
-    boots = vllm_log.split_boots(log)
+    boots = tp_lines.split_boots(log)
     assert len(boots) == 2
     assert 'node_rank 1' in boots[1][0][1]
-    assert len(vllm_log.split_boots('no markers here\n')) == 1
+    assert len(tp_lines.split_boots('no markers here\n')) == 1
 
 
 @pytest.mark.parametrize('bad', [0, -1, 'two', None])
 def test_assess_group_rejects_bad_world_size(bad):
     with pytest.raises(ValueError):
-        vllm_log.assess_group(bad, {})
+        tp_assess.assess_group(bad, {})
 
 
 def test_assess_group_rejects_bad_rank_key():
     with pytest.raises(ValueError):
-        vllm_log.assess_group(2, {'head': 'x'})
+        tp_assess.assess_group(2, {'head': 'x'})
 
 
 def test_assess_group_prefers_info_init_line_over_debug():
@@ -632,9 +634,9 @@ def test_assess_group_prefers_info_init_line_over_debug():
             'distributed_init_method=tcp://10.0.0.1:25000 backend=nccl\n')
     debug = ('(Worker pid=9) DEBUG 11-29 18:40:23 [distributed/parallel_state.py:1380] world_size=2 rank=1 '
              'local_rank=0 distributed_init_method=tcp://127.0.0.1:41999 backend=nccl\n')
-    result = vllm_log.assess_group(2, {0: entry('h', head_log(2)), 1: entry('w', info + debug)})
+    result = tp_assess.assess_group(2, {0: entry('h', head_log(2)), 1: entry('w', info + debug)})
     assert [i['init_method'] for i in result['init_methods']] == ['tcp://10.0.0.1:25000'] * 2
     assert result['init_method_consistent'] is True
     # A build that logs only at DEBUG still yields an init method.
-    only_debug = vllm_log.assess_group(2, {1: entry('w', debug)})
+    only_debug = tp_assess.assess_group(2, {1: entry('w', debug)})
     assert only_debug['init_methods'][0]['init_method'] == 'tcp://127.0.0.1:41999'

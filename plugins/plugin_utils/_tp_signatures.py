@@ -1,71 +1,17 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to dspark.cluster
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Pure parsers for vLLM multi-node (mp executor) logs.
+"""The known failure signatures of vLLM, torch (c10d, Gloo) and NCCL output, and the matching of a log against them.
 
-Used by the ``tp_ranks`` action plugin on the controller: rank registration,
-head readiness and a table of known failure signatures. No Ansible imports,
-no I/O. Python 3.8 syntax on purpose (sanity compiles module_utils for 3.8+).
-Formats follow the project's vllm-multinode-facts reference (vLLM 0.10-0.33).
+Each signature names its code, category, severity, cause and fix (the variable or flag to check). No Ansible
+imports, no I/O.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import re
 
-# Evidence lines are echoed into task results; a runaway line (config dumps,
-# tqdm bars) must not bloat them.
-MAX_EVIDENCE_CHARS = 600
-
-# CSI (colours, cursor moves), OSC (titles) and two-byte escapes.
-_CSI_RE = re.compile(r'\x1b\[[0-9;?]*[ -/]*[@-~]')
-_OSC_RE = re.compile(r'\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)')
-_ESC_RE = re.compile(r'\x1b[@-Z\\-_]')
-
-# Everything before the message: optional `docker logs -t` timestamp and
-# `docker compose logs` service column, the process prefix ("(Worker_TP1 pid=187) ",
-# "(VllmWorker rank=0 pid=2241) ", "(RayWorkerWrapper pid=9, ip=10.0.0.2) "),
-# an optional VLLM_LOGGING_PREFIX, then "INFO 04-24 19:53:22 [parallel_state.py:1402] "
-# or the bracket-less old form "DEBUG 08-02 08:50:03 parallel_state.py:803] ".
-_LEAD_RE = re.compile(
-    r'(?:\d{4}-\d{2}-\d{2}T[\d:.]+Z?\s)?'
-    r'(?:[\w.\-]+\s+\|\s)?'
-    r'(?:\s*\((?P<proc>[A-Za-z][\w.\-]*)[^()]*?\bpid=(?P<pid>\d+)[^()]*\)\s?)?'
-    # torch's per-rank prefix of C++ and traceback lines once a process group exists: "[rank0]:".
-    r'(?:\[rank\d+\]:\s?)?'
-    r'(?:.{0,40}?\b(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:\.\d+)?\s+'
-    r'\[?(?P<file>[^\s\]]+?):(?P<fileline>\d+)\]\s?)?')
-
-_WORLD_RE = re.compile(r'\bworld_size=(?P<world_size>\d+),?\s+rank=(?P<rank>\d+)\b')
-_KV_TOKEN_RE = re.compile(r'\b(?P<key>[A-Za-z_]+)=(?P<value>[^\s,]+)')
-_INIT_RE = re.compile(r'^(?P<scheme>tcp|env|file)://(?P<host>\[[^\]]*\]|[^:/\s]*)(?::(?P<port>\d+))?')
-_ASSIGN_RE = re.compile(r'\brank (?P<rank>\d+) in world size (?P<world_size>\d+) is assigned as (?P<rest>.*)$')
-_GROUP_RE = re.compile(r'(?P<group>\w+) rank (?P<value>\S+?)(?:,|$)')
-
-# One marker per boot, in priority order: a container restarted by its
-# restart policy keeps the old boot's lines in `docker logs`.
-_BOOT_MARKERS = (
-    re.compile(r'Inferred data_parallel_rank \d+ from node_rank \d+'),
-    re.compile(r'non-default args: '),
-    re.compile(r'headless multiproc executor, with head node address'),
-    re.compile(r'vLLM (?:API )?server version '),
-)
-
-_READY_PATTERNS = (
-    ('available_kv_cache', re.compile(r'Available KV cache memory: (?P<gib>[\d.]+) GiB')),
-    ('gpu_kv_cache_size', re.compile(r'GPU KV cache size: (?P<tokens>[\d,]+) tokens')),
-    ('max_concurrency', re.compile(
-        r'Maximum concurrency for (?P<tokens_per_request>[\d,]+) tokens per request: (?P<factor>[\d.]+)x')),
-    ('init_engine', re.compile(
-        r'init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) s')),
-    ('api_server_start', re.compile(r'Starting vLLM (?:API )?server (?:\d+ )?on (?P<url>\S+?)[.,]?\s*$')),
-    ('startup_complete', re.compile(r'Application startup complete\.')),
-    ('version', re.compile(
-        r'(?:vLLM (?:API )?server version |Initializing a V1 LLM engine \(v|Launching vLLM \(v)'
-        r'(?P<version>[0-9][\w.+\-]*)')),
-)
+from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_loglines import evidence_line, is_traceback_body, line_lead, number_lines
 
 
 def _sig(sig_id, code, category, severity, needles, regex, cause, fix, root_cause=True, **extra):
@@ -240,7 +186,7 @@ SIGNATURES = (
          ('unhandled system error', 'ncclSystemError', 'NCCL error in:'),
          r'NCCL error: unhandled system error|ncclSystemError|DistBackendError: NCCL error in:',
          'NCCL failed to initialise its communicator (system or network error).', _FIX_NCCL),
-    # torch prints "Last error:" alone and the detail on the next line; _diagnose joins the two.
+    # torch prints "Last error:" alone and the detail on the next line; diagnose_lines joins the two.
     _sig('nccl_last_error', 'nccl_init_error', 'network', 'fatal', ('Last error:',),
          r'Last error:\s*(?P<detail>\S.*)',
          'NCCL reported: {detail}', _FIX_NCCL),
@@ -393,166 +339,6 @@ class _Fmt(dict):
         return '?'
 
 
-def strip_ansi(text):
-    """Return text without ANSI escapes, with CRLF and lone CR turned into LF."""
-    if text is None:
-        return ''
-    if isinstance(text, bytes):
-        text = text.decode('utf-8', 'replace')
-    text = _OSC_RE.sub('', text)
-    text = _CSI_RE.sub('', text)
-    text = _ESC_RE.sub('', text)
-    # vLLM ends multi-line records with \r\n; a lone \r is a tqdm redraw and
-    # must not glue two records into one line.
-    return text.replace('\r\n', '\n').replace('\r', '\n')
-
-
-def _numbered(text, first_lineno=1):
-    return list(enumerate(strip_ansi(text).split('\n'), first_lineno))
-
-
-def _evidence(line):
-    line = line.strip()
-    if len(line) > MAX_EVIDENCE_CHARS:
-        return line[:MAX_EVIDENCE_CHARS] + '...'
-    return line
-
-
-def _lead(line):
-    """(process, pid, level, message start) of a log line, best effort."""
-    match = _LEAD_RE.match(line)
-    level = match.group('level')
-    return (match.group('proc'), int(match.group('pid')) if match.group('pid') else None,
-            'WARNING' if level == 'WARN' else level, match.end())
-
-
-def _header(line):
-    proc, pid, level, _start = _lead(line)
-    return {'process': proc, 'pid': pid, 'level': level}
-
-
-def _is_traceback_body(line):
-    # Frame ("  File ...") and source lines ("    raise RuntimeError(f'NCCL error: ...')")
-    # quote code, not errors; only the final exception line counts.
-    start = _lead(line)[3]
-    return line[start:start + 2] == '  '
-
-
-def _int_or_text(value):
-    return int(value) if value.isdigit() else value
-
-
-def _parse_world_line(lineno, line):
-    match = _WORLD_RE.search(line)
-    if not match:
-        return None
-    fields = {}
-    for tok in _KV_TOKEN_RE.finditer(line, match.start()):
-        fields[tok.group('key')] = tok.group('value')
-    # "DP group leader: ... world_size=2, local_world_size=1" and engine config
-    # dumps also carry world_size=; only the parallel_state line has these.
-    if 'distributed_init_method' not in fields and 'backend' not in fields:
-        return None
-    rec = {
-        'kind': 'world_size',
-        'rank': int(match.group('rank')),
-        'world_size': int(match.group('world_size')),
-        'local_rank': int(fields['local_rank']) if fields.get('local_rank', '').isdigit() else None,
-        'init_method': fields.get('distributed_init_method'),
-        'master_addr': None,
-        'master_port': None,
-        'backend': fields.get('backend'),
-        'fields': fields,
-        'lineno': lineno,
-        'line': _evidence(line),
-    }
-    init = _INIT_RE.match(rec['init_method'] or '')
-    if init:
-        rec['master_addr'] = init.group('host').strip('[]') or None
-        rec['master_port'] = int(init.group('port')) if init.group('port') else None
-    rec.update(_header(line))
-    return rec
-
-
-def _parse_assign_line(lineno, line):
-    match = _ASSIGN_RE.search(line)
-    if not match:
-        return None
-    groups = {}
-    for grp in _GROUP_RE.finditer(match.group('rest').strip()):
-        groups[grp.group('group')] = _int_or_text(grp.group('value'))
-    tp_rank = groups.get('TP')
-    rec = {
-        'kind': 'assignment',
-        'rank': int(match.group('rank')),
-        'world_size': int(match.group('world_size')),
-        'groups': groups,
-        'tp_rank': tp_rank if isinstance(tp_rank, int) else None,
-        'lineno': lineno,
-        'line': _evidence(line),
-    }
-    rec.update(_header(line))
-    return rec
-
-
-def _rank_records(numbered):
-    records = []
-    for lineno, line in numbered:
-        rec = None
-        if 'world_size=' in line:
-            rec = _parse_world_line(lineno, line)
-        if rec is None and ' in world size ' in line:
-            rec = _parse_assign_line(lineno, line)
-        if rec is not None:
-            records.append(rec)
-    return records
-
-
-def parse_rank_lines(text):
-    """Records for the ``world_size=W rank=R ...`` and ``rank R in world size W is assigned as ...`` lines.
-
-    Each record has kind ('world_size' or 'assignment'), rank, world_size,
-    level/process/pid (None when absent), lineno and the evidence line.
-    """
-    return _rank_records(_numbered(text))
-
-
-def _ready_markers(numbered):
-    found = {}
-    for lineno, line in numbered:
-        for name, regex in _READY_PATTERNS:
-            match = regex.search(line)
-            if not match:
-                continue
-            values = {}
-            for key, value in match.groupdict().items():
-                if value is None:
-                    continue
-                if key in ('tokens', 'tokens_per_request'):
-                    value = int(value.replace(',', ''))
-                elif key in ('gib', 'factor', 'seconds'):
-                    value = float(value)
-                values[key] = value
-            values['lineno'] = lineno
-            values['line'] = _evidence(line)
-            # The v0.33 one-line KV record carries both markers; keep scanning.
-            found[name] = values
-    markers = dict((name, found.get(name)) for name, _regex in _READY_PATTERNS)
-    kv = markers['gpu_kv_cache_size']
-    done = markers['startup_complete']
-    markers['ready'] = bool(kv and done and done['lineno'] > kv['lineno'])
-    return markers
-
-
-def head_ready_markers(text):
-    """Latest readiness markers of a head log and ``ready``.
-
-    ready = ``GPU KV cache size`` followed by ``Application startup complete.``.
-    Each marker is None or a dict with parsed values, lineno and line.
-    """
-    return _ready_markers(_numbered(text))
-
-
 _LAST_ERROR_ALONE_RE = re.compile(r'Last error:\s*$')
 _PEER_GONE_RE = re.compile(r'[Cc]onnection closed by remote peer|[Cc]onnection reset by peer|Broken pipe')
 _INT_DETAILS = ('seconds', 'joined', 'expected', 'port', 'seen', 'rank', 'exit_code', 'timeout', 'next', 'attempts',
@@ -563,7 +349,7 @@ _DETAIL_WINDOW = 6
 
 
 def _message(line):
-    return line[_lead(line)[3]:]
+    return line[line_lead(line)[3]:]
 
 
 def _logical(numbered):
@@ -587,7 +373,7 @@ def _classify(line):
         if not any(needle in line for needle in sig['needles']):
             continue
         if body is None:
-            body = _is_traceback_body(line)
+            body = is_traceback_body(line)
         if body:
             return None
         match = sig['regex'].search(line)
@@ -647,7 +433,7 @@ def _last_error_context(diag):
         diag['fix'] = _FIX_PEER
 
 
-def _diagnose(numbered):
+def diagnose_lines(numbered):
     diagnoses = []
     by_sig = {}
     remote = []
@@ -677,7 +463,7 @@ def _diagnose(numbered):
             'details': details,
             'count': 1,
             'lineno': lineno,
-            'line': _evidence(line),
+            'line': evidence_line(line),
         }
         if 'port_kind' in sig:
             diag['details']['port_kind'] = sig['port_kind']
@@ -699,329 +485,4 @@ def find_failures(text):
     code, signature, category, severity ('fatal'|'warning'), root_cause,
     cause, fix (names the variable to check), details, lineno, line.
     """
-    return _diagnose(_numbered(text))
-
-
-def split_boots(text):
-    """Split a log into boots (a restarted container keeps older boots in ``docker logs``)."""
-    numbered = _numbered(text)
-    for marker in _BOOT_MARKERS:
-        starts = [i for i, (_n, line) in enumerate(numbered) if marker.search(line)]
-        if starts:
-            break
-    else:
-        return [numbered]
-    # Lines before the first marker (logo, banner) belong to the first boot.
-    bounds = [0] + starts[1:] + [len(numbered)]
-    boots = [numbered[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
-    return [boot for boot in boots if any(line.strip() for _n, line in boot)]
-
-
-def _norm_rank_entry(value):
-    if value is None:
-        return {}
-    if isinstance(value, (str, bytes)):
-        return {'log': value}
-    return dict(value)
-
-
-def _as_int(value):
-    if isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-_RUNNING_STATES = ('running',)
-_GONE_STATES = ('missing', 'absent', 'not_found', 'notfound', 'removed', 'removing')
-_STOPPED_STATES = ('exited', 'dead', 'stopped')
-
-
-def _container_diagnosis(rank, node, state, exit_code):
-    """Failure/warning for a non-running container, or None."""
-    state_l = str(state).strip().lower() if state is not None else None
-    code = _as_int(exit_code)
-    if state_l in _RUNNING_STATES:
-        # docker inspect keeps the exit code of an earlier run; ignore it.
-        return None
-    base = {'rank': rank, 'node': node, 'category': 'container', 'root_cause': False, 'count': 1,
-            'lineno': None, 'line': None,
-            'details': {'container_state': state, 'exit_code': exit_code}}
-    if code is not None and code != 0:
-        base.update(code='container_exited', signature='container_exited', severity='fatal',
-                    cause='The container of rank {0} on {1} exited with code {2} (state {3}).'.format(
-                        rank, node, code, state_l or 'unknown'),
-                    fix='Read that rank\'s log for the root cause; restart the head and all workers together.')
-        if state_l == 'restarting':
-            base['cause'] += ' It is in a restart loop.'
-        return base
-    if state_l in _GONE_STATES:
-        base.update(code='container_missing', signature='container_missing', severity='fatal',
-                    cause='There is no container for rank {0} on {1}.'.format(rank, node),
-                    fix='Start that rank (worker ranks first, then the head).')
-        return base
-    if state_l in _STOPPED_STATES:
-        base.update(code='container_stopped', signature='container_stopped', severity='fatal',
-                    cause='The container of rank {0} on {1} is {2} (exit code {3}).'.format(
-                        rank, node, state_l, exit_code),
-                    fix='Start the whole group again (workers first, then the head).')
-        return base
-    if state_l:
-        base.update(code='container_not_running', signature='container_not_running', severity='warning',
-                    cause='The container of rank {0} on {1} is {2}.'.format(rank, node, state_l),
-                    fix='Wait for it or restart the whole group.')
-        return base
-    return None
-
-
-def _tagged(diag, rank, node, **extra):
-    out = dict(diag)
-    out['rank'] = rank
-    out['node'] = node
-    out.update(extra)
-    return out
-
-
-def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
-    """Assess a TP group from every rank's log and container state.
-
-    logs_by_rank: {rank: {"node", "log", "container_state", "exit_code"}}
-    (rank keys may be strings, as after a JSON round trip). With
-    last_boot_only, failures of older boots become warnings.
-    """
-    expected = _as_int(expected_world_size)
-    if expected is None or expected < 1:
-        raise ValueError('expected_world_size must be a positive integer, got %r' % (expected_world_size,))
-    entries = {}
-    for key, value in (logs_by_rank or {}).items():
-        rank = _as_int(key)
-        if rank is None:
-            raise ValueError('logs_by_rank keys must be ranks (integers), got %r' % (key,))
-        entries[rank] = _norm_rank_entry(value)
-
-    failures = []
-    warnings = []
-    registered = {}     # rank -> registration entry
-    world_lines = {}    # rank -> [(log key, node, record)]
-    rank_nodes = {}     # rank -> {node: first record}, to catch a --node-rank used twice
-    per_rank = []
-    head_markers = None
-    head_fatal_after_ready = False
-    nccl_started = None     # rank 0's "vLLM is using nccl==": every rank passed the store rendezvous
-    inferred = []           # (log key, node, record) of world lines to vouch for by the node's local rank 0
-
-    for key in sorted(entries):
-        entry = entries[key]
-        node = entry.get('node') or 'rank{0}'.format(key)
-        boots = split_boots(entry.get('log') or '')
-        current = boots[-1] if last_boot_only else [pair for boot in boots for pair in boot]
-        if last_boot_only:
-            for boot_index, old in enumerate(boots[:-1]):
-                for diag in _diagnose(old):
-                    warnings.append(_tagged(diag, key, node, severity='warning', previous_boot=boot_index + 1))
-
-        records = _rank_records(current)
-        if nccl_started is None:
-            nccl_started = _nccl_started(current, key, node)
-        ranks_in_log = set()
-        for rec in records:
-            ranks_in_log.add(rec['rank'])
-            if rec['kind'] == 'world_size':
-                world_lines.setdefault(rec['rank'], []).append((key, node, rec))
-            rank_nodes.setdefault(rec['rank'], {}).setdefault(node, rec)
-            if rec['kind'] == 'assignment' and rec['rank'] not in registered:
-                registered[rec['rank']] = {
-                    'rank': rec['rank'], 'node': node, 'tp_rank': rec['tp_rank'],
-                    'world_size': rec['world_size'], 'groups': rec['groups'],
-                    'evidence': rec['line'], 'lineno': rec['lineno'], 'log_key': key}
-        inferred.extend(_local_rank0_vouches(records, key, node))
-
-        if records and key not in ranks_in_log:
-            failures.append({
-                'code': 'rank_mismatch', 'signature': 'rank_mismatch', 'category': 'config', 'severity': 'fatal',
-                'root_cause': True, 'rank': key, 'node': node, 'count': 1,
-                'cause': 'The log of {0} (expected rank {1}) shows rank(s) {2}.'.format(
-                    node, key, ', '.join(str(r) for r in sorted(ranks_in_log))),
-                'fix': 'Check --node-rank on {0}: node r must run rank r.'.format(node),
-                'details': {'ranks_in_log': sorted(ranks_in_log)}, 'lineno': records[0]['lineno'],
-                'line': records[0]['line']})
-
-        diags = _diagnose(current)
-        markers = _ready_markers(current) if key == 0 else None
-        for diag in diags:
-            tagged = _tagged(diag, key, node)
-            (failures if diag['severity'] == 'fatal' else warnings).append(tagged)
-            if (markers and markers['ready'] and diag['severity'] == 'fatal'
-                    and diag['lineno'] > markers['startup_complete']['lineno']):
-                head_fatal_after_ready = True
-
-        cont = _container_diagnosis(key, node, entry.get('container_state'), entry.get('exit_code'))
-        if cont is not None:
-            (failures if cont['severity'] == 'fatal' else warnings).append(cont)
-        if key == 0:
-            head_markers = markers
-            if cont is not None and cont['severity'] == 'fatal':
-                head_fatal_after_ready = True
-
-        per_rank.append({'rank': key, 'node': node, 'boots': len(boots), 'lines': len(current),
-                         'container_state': entry.get('container_state'), 'exit_code': entry.get('exit_code'),
-                         'kv_cache_ready': any('Available KV cache memory' in line for _n, line in current)})
-
-    # From vLLM 0.19 the assignment line is info_once(scope="local"): only each node's local rank 0 prints it.
-    # It comes after the collective group creation, which no rank passes alone, so it vouches for the ranks
-    # whose world_size line is in the same container log.
-    for key, node, rec, proof in inferred:
-        if rec['rank'] not in registered:
-            registered[rec['rank']] = {
-                'rank': rec['rank'], 'node': node, 'tp_rank': None, 'world_size': rec['world_size'], 'groups': {},
-                'evidence': rec['line'], 'lineno': rec['lineno'], 'log_key': key, 'via': 'local_rank0',
-                'proof': proof['line']}
-
-    for rank in sorted(rank_nodes):
-        if len(rank_nodes[rank]) > 1:
-            nodes = sorted(rank_nodes[rank])
-            rec = rank_nodes[rank][nodes[-1]]
-            failures.append({
-                'code': 'duplicate_rank', 'signature': 'duplicate_rank', 'category': 'config',
-                'severity': 'fatal', 'root_cause': True, 'rank': rank, 'node': nodes[-1], 'count': 1,
-                'cause': 'Rank {0} appears in the logs of {1}.'.format(rank, ', '.join(nodes)),
-                'fix': 'Give every node a distinct --node-rank 0..N-1.',
-                'details': {'nodes': nodes}, 'lineno': rec['lineno'], 'line': rec['line']})
-
-    # Init method per rank: the INFO line carries tcp://A:P; the DEBUG entry
-    # line shows the pre-substitution tcp://127.0.0.1:<port>, so use DEBUG only
-    # when a (very old) build logged nothing else.
-    init_methods = []
-    world_sizes = set(r['world_size'] for r in registered.values())
-    for rank in sorted(world_lines):
-        lines = world_lines[rank]
-        preferred = [item for item in lines if item[2]['level'] != 'DEBUG'] or lines
-        _key, node, rec = preferred[-1]
-        world_sizes.add(rec['world_size'])
-        init_methods.append({'rank': rank, 'node': node, 'init_method': rec['init_method'],
-                             'evidence': rec['line'], 'lineno': rec['lineno']})
-    methods = set(item['init_method'] for item in init_methods if item['init_method'])
-    if len(methods) > 1:
-        failures.append({
-            'code': 'init_method_mismatch', 'signature': 'init_method_mismatch', 'category': 'config',
-            'severity': 'fatal', 'root_cause': True, 'rank': None, 'node': None, 'count': 1,
-            'cause': 'Ranks use different rendezvous addresses: {0}.'.format(', '.join(
-                '{0}={1}'.format(i['rank'], i['init_method']) for i in init_methods)),
-            'fix': 'Use the same --master-addr and --master-port (MASTER_ADDR/MASTER_PORT) on every node.',
-            'details': {'init_methods': sorted(methods)}, 'lineno': None, 'line': None})
-    if world_sizes and world_sizes != set([expected]):
-        failures.append({
-            'code': 'world_size_mismatch', 'signature': 'world_size_seen', 'category': 'config',
-            'severity': 'fatal', 'root_cause': True, 'rank': None, 'node': None, 'count': 1,
-            'cause': 'Expected world size {0}, logs show {1}.'.format(
-                expected, ', '.join(str(w) for w in sorted(world_sizes))),
-            'fix': 'Use --tensor-parallel-size x --pipeline-parallel-size = {0} and the same --nnodes on every '
-                   'node.'.format(expected),
-            'details': {'world_sizes': sorted(world_sizes)}, 'lineno': None, 'line': None})
-
-    expected_ranks = list(range(expected))
-    registered_list = []
-    for rank in sorted(registered):
-        item = dict(registered[rank])
-        item.pop('log_key', None)
-        registered_list.append(item)
-    missing = [r for r in expected_ranks if r not in registered]
-    pending = [r for r in missing if r in world_lines]
-    seen_methods = dict((i['rank'], i['init_method']) for i in init_methods)
-    consistent = (len(methods) == 1 and all(seen_methods.get(r) for r in expected_ranks))
-    head_ready = bool(head_markers and head_markers['ready'] and not head_fatal_after_ready)
-    failures.sort(key=lambda d: (d['rank'] is None, d['rank'] if d['rank'] is not None else 0,
-                                 d['lineno'] or 0))
-
-    ok = (not missing and consistent and world_sizes == set([expected]) and head_ready and not failures)
-    seen_sizes = sorted(world_sizes | set(r['world_size'] for r in registered_list))
-    return {
-        'ok': ok,
-        'msg': _summary(expected, registered_list, missing, methods, head_ready, failures, entries),
-        'expected_world_size': expected,
-        'expected_ranks': expected_ranks,
-        'registered_ranks': registered_list,
-        'missing_ranks': missing,
-        'pending_ranks': pending,
-        # The head's rank line only appears once every rank passed the store
-        # rendezvous and group creation.
-        'rendezvous_complete': 0 in registered,
-        # Rank 0 created its NCCL communicator: the store rendezvous is over, NCCL setup may still hang.
-        'store_rendezvous_complete': 0 in registered or nccl_started is not None,
-        'nccl_started': nccl_started,
-        'world_size': seen_sizes[0] if len(seen_sizes) == 1 else None,
-        'world_sizes_seen': seen_sizes,
-        'init_method': sorted(methods)[0] if len(methods) == 1 else None,
-        'init_methods': init_methods,
-        'init_method_consistent': consistent,
-        'head_ready': head_ready,
-        'head_markers': head_markers,
-        'failures': failures,
-        'warnings': warnings,
-        'ranks': per_rank,
-    }
-
-
-_NCCL_STARTED_RE = re.compile(r'vLLM is using nccl==(?P<version>\S+)')
-
-
-def _nccl_started(numbered, key, node):
-    for lineno, line in numbered:
-        if 'vLLM is using nccl==' in line:
-            match = _NCCL_STARTED_RE.search(line)
-            return {'rank': key, 'node': node, 'version': match.group('version'), 'lineno': lineno,
-                    'line': _evidence(line)}
-    return None
-
-
-def _local_rank0_vouches(records, key, node):
-    """(key, node, world record, proof) for each rank that only logged its world_size line.
-
-    The proof is an assignment line, in the same boot of the same container log, of a rank whose world_size line
-    says local_rank=0 (or, without one, the lowest rank of the log), for the same world size.
-    """
-    worlds = {}
-    for rec in records:
-        if rec['kind'] == 'world_size':
-            known = worlds.get(rec['rank'])
-            # The INFO line carries the real init method; the DEBUG one comes first.
-            if known is None or known['level'] == 'DEBUG':
-                worlds[rec['rank']] = rec
-    if not worlds:
-        return []
-    lowest = min(worlds)
-    proofs = {}
-    for rec in records:
-        if rec['kind'] != 'assignment':
-            continue
-        world = worlds.get(rec['rank'])
-        local_rank = world['local_rank'] if world is not None else None
-        if local_rank == 0 or (local_rank is None and rec['rank'] == lowest):
-            proofs.setdefault(rec['world_size'], rec)
-    out = []
-    for rank in sorted(worlds):
-        proof = proofs.get(worlds[rank]['world_size'])
-        if proof is not None and proof['rank'] != rank:
-            out.append((key, node, worlds[rank], proof))
-    return out
-
-
-def _summary(expected, registered, missing, methods, head_ready, failures, entries):
-    def where(rank):
-        entry = entries.get(rank) or {}
-        return 'rank {0} ({1})'.format(rank, entry.get('node') or 'unknown node')
-
-    parts = ['{0}/{1} TP ranks registered'.format(len(registered), expected)]
-    if len(methods) == 1:
-        parts[0] += ' via {0}'.format(next(iter(methods)))
-    if missing:
-        parts.append('missing: ' + ', '.join(where(r) for r in missing))
-    parts.append('head ready' if head_ready else 'head not ready')
-    roots = [f for f in failures if f.get('root_cause')] or failures
-    if roots:
-        first = roots[0]
-        loc = where(first['rank']) if first.get('rank') is not None else 'group'
-        parts.append('{0}: {1}: {2} Fix: {3}'.format(loc, first['code'], first['cause'], first['fix']))
-    return '; '.join(parts)
+    return diagnose_lines(number_lines(text))

@@ -1,0 +1,318 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The assessment of a whole serving group from every rank's log and container state.
+
+Registered and missing ranks (counted from what every vLLM version really prints, for any GPUs per node), one init
+method for all ranks, head readiness, failures (root causes first) and warnings of earlier boots. No Ansible
+imports, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_loglines import evidence_line, rank_records, ready_markers, split_boots
+from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_plan import as_int
+from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_signatures import diagnose_lines
+
+
+def _norm_rank_entry(value):
+    if value is None:
+        return {}
+    if isinstance(value, (str, bytes)):
+        return {'log': value}
+    return dict(value)
+
+
+_RUNNING_STATES = ('running',)
+_GONE_STATES = ('missing', 'absent', 'not_found', 'notfound', 'removed', 'removing')
+_STOPPED_STATES = ('exited', 'dead', 'stopped')
+
+
+def _container_diagnosis(rank, node, state, exit_code):
+    """Failure/warning for a non-running container, or None."""
+    state_l = str(state).strip().lower() if state is not None else None
+    code = as_int(exit_code)
+    if state_l in _RUNNING_STATES:
+        # docker inspect keeps the exit code of an earlier run; ignore it.
+        return None
+    base = {'rank': rank, 'node': node, 'category': 'container', 'root_cause': False, 'count': 1,
+            'lineno': None, 'line': None,
+            'details': {'container_state': state, 'exit_code': exit_code}}
+    if code is not None and code != 0:
+        base.update(code='container_exited', signature='container_exited', severity='fatal',
+                    cause='The container of rank {0} on {1} exited with code {2} (state {3}).'.format(
+                        rank, node, code, state_l or 'unknown'),
+                    fix='Read that rank\'s log for the root cause; restart the head and all workers together.')
+        if state_l == 'restarting':
+            base['cause'] += ' It is in a restart loop.'
+        return base
+    if state_l in _GONE_STATES:
+        base.update(code='container_missing', signature='container_missing', severity='fatal',
+                    cause='There is no container for rank {0} on {1}.'.format(rank, node),
+                    fix='Start that rank (worker ranks first, then the head).')
+        return base
+    if state_l in _STOPPED_STATES:
+        base.update(code='container_stopped', signature='container_stopped', severity='fatal',
+                    cause='The container of rank {0} on {1} is {2} (exit code {3}).'.format(
+                        rank, node, state_l, exit_code),
+                    fix='Start the whole group again (workers first, then the head).')
+        return base
+    if state_l:
+        base.update(code='container_not_running', signature='container_not_running', severity='warning',
+                    cause='The container of rank {0} on {1} is {2}.'.format(rank, node, state_l),
+                    fix='Wait for it or restart the whole group.')
+        return base
+    return None
+
+
+def _tagged(diag, rank, node, **extra):
+    out = dict(diag)
+    out['rank'] = rank
+    out['node'] = node
+    out.update(extra)
+    return out
+
+
+def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
+    """Assess a TP group from every rank's log and container state.
+
+    logs_by_rank: {rank: {"node", "log", "container_state", "exit_code"}}
+    (rank keys may be strings, as after a JSON round trip). With
+    last_boot_only, failures of older boots become warnings.
+    """
+    expected = as_int(expected_world_size)
+    if expected is None or expected < 1:
+        raise ValueError('expected_world_size must be a positive integer, got %r' % (expected_world_size,))
+    entries = {}
+    for key, value in (logs_by_rank or {}).items():
+        rank = as_int(key)
+        if rank is None:
+            raise ValueError('logs_by_rank keys must be ranks (integers), got %r' % (key,))
+        entries[rank] = _norm_rank_entry(value)
+
+    failures = []
+    warnings = []
+    registered = {}     # rank -> registration entry
+    world_lines = {}    # rank -> [(log key, node, record)]
+    rank_nodes = {}     # rank -> {node: first record}, to catch a --node-rank used twice
+    per_rank = []
+    head_markers = None
+    head_fatal_after_ready = False
+    nccl_started = None     # rank 0's "vLLM is using nccl==": every rank passed the store rendezvous
+    inferred = []           # (log key, node, record) of world lines to vouch for by the node's local rank 0
+
+    for key in sorted(entries):
+        entry = entries[key]
+        node = entry.get('node') or 'rank{0}'.format(key)
+        boots = split_boots(entry.get('log') or '')
+        current = boots[-1] if last_boot_only else [pair for boot in boots for pair in boot]
+        if last_boot_only:
+            for boot_index, old in enumerate(boots[:-1]):
+                for diag in diagnose_lines(old):
+                    warnings.append(_tagged(diag, key, node, severity='warning', previous_boot=boot_index + 1))
+
+        records = rank_records(current)
+        if nccl_started is None:
+            nccl_started = _nccl_started(current, key, node)
+        ranks_in_log = set()
+        for rec in records:
+            ranks_in_log.add(rec['rank'])
+            if rec['kind'] == 'world_size':
+                world_lines.setdefault(rec['rank'], []).append((key, node, rec))
+            rank_nodes.setdefault(rec['rank'], {}).setdefault(node, rec)
+            if rec['kind'] == 'assignment' and rec['rank'] not in registered:
+                registered[rec['rank']] = {
+                    'rank': rec['rank'], 'node': node, 'tp_rank': rec['tp_rank'],
+                    'world_size': rec['world_size'], 'groups': rec['groups'],
+                    'evidence': rec['line'], 'lineno': rec['lineno'], 'log_key': key}
+        inferred.extend(_local_rank0_vouches(records, key, node))
+
+        if records and key not in ranks_in_log:
+            failures.append({
+                'code': 'rank_mismatch', 'signature': 'rank_mismatch', 'category': 'config', 'severity': 'fatal',
+                'root_cause': True, 'rank': key, 'node': node, 'count': 1,
+                'cause': 'The log of {0} (expected rank {1}) shows rank(s) {2}.'.format(
+                    node, key, ', '.join(str(r) for r in sorted(ranks_in_log))),
+                'fix': 'Check --node-rank on {0}: node r must run rank r.'.format(node),
+                'details': {'ranks_in_log': sorted(ranks_in_log)}, 'lineno': records[0]['lineno'],
+                'line': records[0]['line']})
+
+        diags = diagnose_lines(current)
+        markers = ready_markers(current) if key == 0 else None
+        for diag in diags:
+            tagged = _tagged(diag, key, node)
+            (failures if diag['severity'] == 'fatal' else warnings).append(tagged)
+            if (markers and markers['ready'] and diag['severity'] == 'fatal'
+                    and diag['lineno'] > markers['startup_complete']['lineno']):
+                head_fatal_after_ready = True
+
+        cont = _container_diagnosis(key, node, entry.get('container_state'), entry.get('exit_code'))
+        if cont is not None:
+            (failures if cont['severity'] == 'fatal' else warnings).append(cont)
+        if key == 0:
+            head_markers = markers
+            if cont is not None and cont['severity'] == 'fatal':
+                head_fatal_after_ready = True
+
+        per_rank.append({'rank': key, 'node': node, 'boots': len(boots), 'lines': len(current),
+                         'container_state': entry.get('container_state'), 'exit_code': entry.get('exit_code'),
+                         'kv_cache_ready': any('Available KV cache memory' in line for _n, line in current)})
+
+    # From vLLM 0.19 the assignment line is info_once(scope="local"): only each node's local rank 0 prints it.
+    # It comes after the collective group creation, which no rank passes alone, so it vouches for the ranks
+    # whose world_size line is in the same container log.
+    for key, node, rec, proof in inferred:
+        if rec['rank'] not in registered:
+            registered[rec['rank']] = {
+                'rank': rec['rank'], 'node': node, 'tp_rank': None, 'world_size': rec['world_size'], 'groups': {},
+                'evidence': rec['line'], 'lineno': rec['lineno'], 'log_key': key, 'via': 'local_rank0',
+                'proof': proof['line']}
+
+    for rank in sorted(rank_nodes):
+        if len(rank_nodes[rank]) > 1:
+            nodes = sorted(rank_nodes[rank])
+            rec = rank_nodes[rank][nodes[-1]]
+            failures.append({
+                'code': 'duplicate_rank', 'signature': 'duplicate_rank', 'category': 'config',
+                'severity': 'fatal', 'root_cause': True, 'rank': rank, 'node': nodes[-1], 'count': 1,
+                'cause': 'Rank {0} appears in the logs of {1}.'.format(rank, ', '.join(nodes)),
+                'fix': 'Give every node a distinct --node-rank 0..N-1.',
+                'details': {'nodes': nodes}, 'lineno': rec['lineno'], 'line': rec['line']})
+
+    # Init method per rank: the INFO line carries tcp://A:P; the DEBUG entry
+    # line shows the pre-substitution tcp://127.0.0.1:<port>, so use DEBUG only
+    # when a (very old) build logged nothing else.
+    init_methods = []
+    world_sizes = set(r['world_size'] for r in registered.values())
+    for rank in sorted(world_lines):
+        lines = world_lines[rank]
+        preferred = [item for item in lines if item[2]['level'] != 'DEBUG'] or lines
+        _key, node, rec = preferred[-1]
+        world_sizes.add(rec['world_size'])
+        init_methods.append({'rank': rank, 'node': node, 'init_method': rec['init_method'],
+                             'evidence': rec['line'], 'lineno': rec['lineno']})
+    methods = set(item['init_method'] for item in init_methods if item['init_method'])
+    if len(methods) > 1:
+        failures.append({
+            'code': 'init_method_mismatch', 'signature': 'init_method_mismatch', 'category': 'config',
+            'severity': 'fatal', 'root_cause': True, 'rank': None, 'node': None, 'count': 1,
+            'cause': 'Ranks use different rendezvous addresses: {0}.'.format(', '.join(
+                '{0}={1}'.format(i['rank'], i['init_method']) for i in init_methods)),
+            'fix': 'Use the same --master-addr and --master-port (MASTER_ADDR/MASTER_PORT) on every node.',
+            'details': {'init_methods': sorted(methods)}, 'lineno': None, 'line': None})
+    if world_sizes and world_sizes != set([expected]):
+        failures.append({
+            'code': 'world_size_mismatch', 'signature': 'world_size_seen', 'category': 'config',
+            'severity': 'fatal', 'root_cause': True, 'rank': None, 'node': None, 'count': 1,
+            'cause': 'Expected world size {0}, logs show {1}.'.format(
+                expected, ', '.join(str(w) for w in sorted(world_sizes))),
+            'fix': 'Use --tensor-parallel-size x --pipeline-parallel-size = {0} and the same --nnodes on every '
+                   'node.'.format(expected),
+            'details': {'world_sizes': sorted(world_sizes)}, 'lineno': None, 'line': None})
+
+    expected_ranks = list(range(expected))
+    registered_list = []
+    for rank in sorted(registered):
+        item = dict(registered[rank])
+        item.pop('log_key', None)
+        registered_list.append(item)
+    missing = [r for r in expected_ranks if r not in registered]
+    pending = [r for r in missing if r in world_lines]
+    seen_methods = dict((i['rank'], i['init_method']) for i in init_methods)
+    consistent = (len(methods) == 1 and all(seen_methods.get(r) for r in expected_ranks))
+    head_ready = bool(head_markers and head_markers['ready'] and not head_fatal_after_ready)
+    failures.sort(key=lambda d: (d['rank'] is None, d['rank'] if d['rank'] is not None else 0,
+                                 d['lineno'] or 0))
+
+    ok = (not missing and consistent and world_sizes == set([expected]) and head_ready and not failures)
+    seen_sizes = sorted(world_sizes | set(r['world_size'] for r in registered_list))
+    return {
+        'ok': ok,
+        'msg': _summary(expected, registered_list, missing, methods, head_ready, failures, entries),
+        'expected_world_size': expected,
+        'expected_ranks': expected_ranks,
+        'registered_ranks': registered_list,
+        'missing_ranks': missing,
+        'pending_ranks': pending,
+        # The head's rank line only appears once every rank passed the store
+        # rendezvous and group creation.
+        'rendezvous_complete': 0 in registered,
+        # Rank 0 created its NCCL communicator: the store rendezvous is over, NCCL setup may still hang.
+        'store_rendezvous_complete': 0 in registered or nccl_started is not None,
+        'nccl_started': nccl_started,
+        'world_size': seen_sizes[0] if len(seen_sizes) == 1 else None,
+        'world_sizes_seen': seen_sizes,
+        'init_method': sorted(methods)[0] if len(methods) == 1 else None,
+        'init_methods': init_methods,
+        'init_method_consistent': consistent,
+        'head_ready': head_ready,
+        'head_markers': head_markers,
+        'failures': failures,
+        'warnings': warnings,
+        'ranks': per_rank,
+    }
+
+
+_NCCL_STARTED_RE = re.compile(r'vLLM is using nccl==(?P<version>\S+)')
+
+
+def _nccl_started(numbered, key, node):
+    for lineno, line in numbered:
+        if 'vLLM is using nccl==' in line:
+            match = _NCCL_STARTED_RE.search(line)
+            return {'rank': key, 'node': node, 'version': match.group('version'), 'lineno': lineno,
+                    'line': evidence_line(line)}
+    return None
+
+
+def _local_rank0_vouches(records, key, node):
+    """(key, node, world record, proof) for each rank that only logged its world_size line.
+
+    The proof is an assignment line, in the same boot of the same container log, of a rank whose world_size line
+    says local_rank=0 (or, without one, the lowest rank of the log), for the same world size.
+    """
+    worlds = {}
+    for rec in records:
+        if rec['kind'] == 'world_size':
+            known = worlds.get(rec['rank'])
+            # The INFO line carries the real init method; the DEBUG one comes first.
+            if known is None or known['level'] == 'DEBUG':
+                worlds[rec['rank']] = rec
+    if not worlds:
+        return []
+    lowest = min(worlds)
+    proofs = {}
+    for rec in records:
+        if rec['kind'] != 'assignment':
+            continue
+        world = worlds.get(rec['rank'])
+        local_rank = world['local_rank'] if world is not None else None
+        if local_rank == 0 or (local_rank is None and rec['rank'] == lowest):
+            proofs.setdefault(rec['world_size'], rec)
+    out = []
+    for rank in sorted(worlds):
+        proof = proofs.get(worlds[rank]['world_size'])
+        if proof is not None and proof['rank'] != rank:
+            out.append((key, node, worlds[rank], proof))
+    return out
+
+
+def _summary(expected, registered, missing, methods, head_ready, failures, entries):
+    def where(rank):
+        entry = entries.get(rank) or {}
+        return 'rank {0} ({1})'.format(rank, entry.get('node') or 'unknown node')
+
+    parts = ['{0}/{1} TP ranks registered'.format(len(registered), expected)]
+    if len(methods) == 1:
+        parts[0] += ' via {0}'.format(next(iter(methods)))
+    if missing:
+        parts.append('missing: ' + ', '.join(where(r) for r in missing))
+    parts.append('head ready' if head_ready else 'head not ready')
+    roots = [f for f in failures if f.get('root_cause')] or failures
+    if roots:
+        first = roots[0]
+        loc = where(first['rank']) if first.get('rank') is not None else 'group'
+        parts.append('{0}: {1}: {2} Fix: {3}'.format(loc, first['code'], first['cause'], first['fix']))
+    return '; '.join(parts)
