@@ -92,15 +92,18 @@ def switch_env(switches):
 
 
 def switch_conflicts(switches, env_sources):
-    """Problems where serve_hotfix_env or serve_extra_env set an upstream switch against its role variable.
+    """Problems where serve_hotfix_env or serve_extra_env ask for a switch its role variable does not set.
 
+    The role variables win (their rendering is added to the container environment last); "0", the upstream
+    default (and serve_hotfix_env's), is never a conflict. Any other value that differs is: the user asked
+    for a skip or an opt-in that would silently not happen.
     env_sources: [(variable name, dict)], e.g. [("serve_hotfix_env", {...}), ("serve_extra_env", {...})].
     """
     wanted = switch_env(switches)
     problems = []
     for var, (env, _kind) in SWITCHES.items():
         for source, values in env_sources:
-            if env in (values or {}) and str(values[env]) != wanted[env]:
+            if env in (values or {}) and str(values[env]) not in ("0", wanted[env]):
                 problems.append(
                     "%s sets %s=%r but %s is %s (it renders %s=%s). Fix: set %s: %s and remove %s from %s."
                     % (source, env, str(values[env]), var, "true" if switches.get(var) else "false", env,

@@ -47,6 +47,9 @@ def test_switch_env_renders_the_upstream_names():
 
 def test_switch_conflicts_name_both_variables():
     assert hr.switch_conflicts({}, [("serve_hotfix_env", {"DSPARK_SKIP_HOTFIX": "0", "DSPARK_MAX_INFLIGHT_PREFILLS": "1"})]) == []
+    # The default serve_hotfix_env ("0" everywhere) never conflicts with a switch turned on.
+    assert hr.switch_conflicts({"serve_hotfix_skip_spin_wait": True}, [("serve_hotfix_env", {"DSPARK_SKIP_SPIN_WAIT_HOTFIX": "0"})]) == []
+    assert hr.switch_conflicts({"serve_hotfix_skip_spin_wait": True}, [("serve_extra_env", {"DSPARK_SKIP_SPIN_WAIT_HOTFIX": "1"})]) == []
     problems = hr.switch_conflicts({}, [("serve_extra_env", {"DSPARK_SKIP_ISSUE22_HOTFIX": "1"})])
     assert len(problems) == 1
     assert "serve_extra_env sets DSPARK_SKIP_ISSUE22_HOTFIX='1'" in problems[0]
