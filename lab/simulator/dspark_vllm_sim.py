@@ -498,12 +498,49 @@ class Simulator:
                                             ', headless' if self.headless else ''),
                  None if self.headless else self.api_proc, self.pid)
         self.check_args()
+        self.check_hotfixes()
         self.start_crash_timer()
         if self.headless:
             self.run_headless()
         else:
             self.run_server_node()
         return 0
+
+    def check_hotfixes(self):
+        """DSPARK_SIM_REQUIRE_HOTFIXES="name ...": each must have run (a line in the lab stand-in's marker log)
+        from a read-only mount at /opt/dspark-patches; otherwise the rank fails before it starts. Unset: no check."""
+        required = os.environ.get('DSPARK_SIM_REQUIRE_HOTFIXES', '').split()
+        if not required:
+            return
+        marker = os.environ.get('DSPARK_LAB_HOTFIX_LOG', '/tmp/dspark-lab-hotfixes.log')
+        problems = []
+        mount = os.environ.get('DSPARK_SIM_HOTFIX_MOUNT', '/opt/dspark-patches')
+        options = None
+        try:
+            with open('/proc/self/mountinfo', encoding='utf-8') as handle:
+                for line in handle:
+                    fields = line.split()
+                    if len(fields) > 5 and fields[4] == mount:
+                        options = fields[5].split(',')
+        except OSError:
+            pass
+        if options is None:
+            problems.append('{0} is not mounted'.format(mount))
+        elif 'ro' not in options:
+            problems.append('{0} is mounted read-write, not read-only'.format(mount))
+        try:
+            with open(marker, encoding='utf-8') as handle:
+                ran = [line.split()[0] for line in handle if line.strip()]
+        except OSError:
+            ran = []
+        for name in required:
+            if name not in ran:
+                problems.append('required hotfix {0} did not run (no marker in {1})'.format(name, marker))
+        if problems:
+            LOG.emit('ERROR', 'dspark_vllm_sim.py:1', '[SIMULATOR] DSPARK_SIM_REQUIRE_HOTFIXES: ' + '; '.join(problems),
+                     None if self.headless else self.api_proc, self.pid)
+            LOG.raw('RuntimeError: [SIMULATOR] {0}'.format(problems[0]))
+            die(1)
 
     def start_crash_timer(self):
         after = env_float('DSPARK_SIM_CRASH_AFTER', -1)

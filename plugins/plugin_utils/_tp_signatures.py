@@ -49,6 +49,17 @@ _FIX_ARGS = ('TP x PP (x DP) must be divisible by --nnodes, --node-rank must be 
 # Order matters: the first matching signature claims a line, so the more
 # specific ones come first. `needles` are cheap substring pre-filters (any).
 SIGNATURES = (
+    # --- the recipe's hotfixes (the serve role's hotfix script runs before vLLM, fail-closed) ---
+    _sig('hotfix_failed', 'hotfix_failed', 'config', 'fatal', ('dspark-hotfix: FATAL',),
+         r'dspark-hotfix: FATAL: (?P<detail>.+?)(?:; this rank stops here.*)?$',
+         'A recipe hotfix stopped this rank before vLLM started (fail-closed): {detail}.',
+         'Read the hotfix\'s output above its FATAL line; fix the recipe checkout (serve_hotfix_recipe, '
+         'serve_hotfix_recipe_version) or turn that hotfix off with its serve_hotfix_skip*/enable* variable, then '
+         'start the whole group again.'),
+    _sig('sim_hotfix_missing', 'hotfix_missing', 'config', 'fatal', ('did not run (no marker',),
+         r'required hotfix (?P<file>\S+) did not run',
+         'The required hotfix {file} did not run before vLLM started (simulator check).',
+         'Set serve_hotfix_recipe to a recipe checkout that has it and do not skip it (serve_hotfix_skip*).'),
     # --- rendezvous (torch TCPStore on --master-addr:--master-port) ---
     _sig('store_wait_timeout', 'rendezvous_timeout', 'rendezvous', 'fatal', ('waiting for clients',),
          r'Timed out after (?P<seconds>\d+) seconds waiting for clients\. (?P<joined>\d+)/(?P<expected>\d+) '

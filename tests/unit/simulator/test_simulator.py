@@ -555,3 +555,57 @@ def test_tp4_over_two_nodes_two_gpus_each(started, newer):
     assert [(r['rank'], r['node'], r.get('via')) for r in result['registered_ranks']] == [
         (0, 'head', None), (1, 'head', 'local_rank0' if newer else None), (2, 'node1', None),
         (3, 'node1', 'local_rank0' if newer else None)]
+
+
+# --------------------------------------------------------------------------- the recipe's hotfixes
+
+def read_only_mount():
+    """A read-only mount point of this machine (the check reads /proc/self/mountinfo), or None."""
+    try:
+        with open('/proc/self/mountinfo', encoding='utf-8') as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) > 5 and 'ro' in fields[5].split(','):
+                    return fields[4]
+    except OSError:
+        pass
+    return None
+
+
+def test_required_hotfix_without_marker_fails_the_rank(started, tmp_path):
+    group = Group(2, started)
+    env = base_env(DSPARK_SIM_REQUIRE_HOTFIXES='hotfix-nvfp4-ds-mla-issue22.sh hotfix-gb10-spin-wait.sh',
+                   DSPARK_LAB_HOTFIX_LOG=tmp_path / 'none.log', DSPARK_SIM_HOTFIX_MOUNT='/nonexistent-mount')
+    worker = group.start(1, env=env)
+    assert worker.wait_exit(8) == 1, worker.log()
+    log = worker.log()
+    assert '/nonexistent-mount is not mounted' in log
+    assert 'RuntimeError: [SIMULATOR] /nonexistent-mount is not mounted' in log
+    assert 'required hotfix hotfix-gb10-spin-wait.sh did not run' in log
+    assert 'hotfix_missing' in diag_codes(log)
+    assert 'world_size=' not in log          # it failed before the rendezvous
+
+
+@pytest.mark.skipif(read_only_mount() is None, reason='no read-only mount on this machine')
+def test_required_hotfixes_with_markers_and_read_only_mount_start(started, tmp_path):
+    markers = tmp_path / 'markers.log'
+    markers.write_text('hotfix-nvfp4-ds-mla-issue22.sh\nhotfix-gb10-spin-wait.sh\n')
+    env = base_env(DSPARK_SIM_REQUIRE_HOTFIXES='hotfix-nvfp4-ds-mla-issue22.sh hotfix-gb10-spin-wait.sh',
+                   DSPARK_LAB_HOTFIX_LOG=markers, DSPARK_SIM_HOTFIX_MOUNT=read_only_mount())
+    group = Group(2, started)
+    group.start(1, env=env)
+    head = group.start(0, env=env)
+    assert head.wait_for('Application startup complete.', 15), head.log()
+    assert group.assess()['ok'] is True
+
+
+def test_one_marker_missing_is_named(started, tmp_path):
+    markers = tmp_path / 'markers.log'
+    markers.write_text('hotfix-nvfp4-ds-mla-issue22.sh\n')
+    mount = read_only_mount() or '/'
+    env = base_env(DSPARK_SIM_REQUIRE_HOTFIXES='hotfix-nvfp4-ds-mla-issue22.sh hotfix-gb10-spin-wait.sh',
+                   DSPARK_LAB_HOTFIX_LOG=markers, DSPARK_SIM_HOTFIX_MOUNT=mount)
+    head = Group(2, started).start(0, env=env)
+    assert head.wait_exit(8) == 1, head.log()
+    assert 'required hotfix hotfix-gb10-spin-wait.sh did not run' in head.log()
+    assert 'hotfix-nvfp4-ds-mla-issue22.sh did not run' not in head.log()

@@ -85,9 +85,26 @@ def faulty_inventory(tmp_path, host, env):
     return tmp_path / "hosts.yml"
 
 
+def test_api_keys_apply_the_redaction_hotfix_after_the_backports():
+    """Keys set: the redaction hotfix and its --status run between the backports and the always-on hotfixes.
+    Leaves the group serving with a key; the failure tests below restart it without one."""
+    rc, out = playbook("serve.yml", LAB / "hosts.yml", "-e", json.dumps({"serve_api_key": "lab-key"}))
+    assert rc == 0, out[-4000:]
+    assert "lab-key" not in out
+    for name in NODES:
+        markers = lab_node(name).check_output("docker exec dspark-vllm cat /tmp/dspark-lab-hotfixes.log").splitlines()
+        i = markers.index("hotfix-vllm-redact-api-key-log.sh")
+        assert markers[i - 1] == "hotfix-dsv4-grammar-advance.sh", markers
+        assert markers[i + 1:i + 3] == ["hotfix-vllm-redact-api-key-log.sh --status",
+                                        "hotfix-vllm-empty-encoder-output.py"], markers
+
+
 FAULTS = [
     ("worker never joins", "spark-worker", {"DSPARK_SIM_NEVER_JOIN": "1", "DSPARK_SIM_RENDEZVOUS_TIMEOUT": "8"},
      ["rank 1", "spark-worker"]),
+    # Fail-closed: a hotfix that exits 1 stops its rank before vLLM, and the diagnosis names it.
+    ("failing hotfix on the worker", "spark-worker", {"DSPARK_LAB_HOTFIX_FAIL": "hotfix-gb10-spin-wait.sh"},
+     ["rank 1", "spark-worker", "hotfix-gb10-spin-wait.sh failed"]),
     ("NCCL init error on the worker", "spark-worker", {"DSPARK_SIM_NCCL_ERROR": "1"}, ["rank 1", "spark-worker", "NCCL"]),
     ("out of memory on the worker", "spark-worker", {"DSPARK_SIM_OOM": "1"}, ["rank 1", "spark-worker", "memory"]),
     ("head crashes", "spark-head", {"DSPARK_SIM_CRASH_AFTER": "2"}, ["rank 0", "spark-head"]),
@@ -100,6 +117,18 @@ FAULTS = [
 def test_injected_failure_is_diagnosed_and_no_rank_is_left(tmp_path, name, host, env, expected):
     inventory = faulty_inventory(tmp_path, host, env)
     rc, out = playbook("serve.yml", inventory, "-e", "serve_failure_logs_dir=%s" % (tmp_path / "logs"))
+    check_failure(tmp_path, name, rc, out, expected)
+
+
+def test_skipped_required_hotfix_fails_the_ranks_like_vllm(tmp_path):
+    """The simulator (DSPARK_SIM_REQUIRE_HOTFIXES in the lab inventory) fails a rank whose spin-wait hotfix
+    did not run, as a start without it would; the controller allowed it because the switch skips it."""
+    rc, out = playbook("serve.yml", LAB / "hosts.yml", "-e", json.dumps(
+        {"serve_hotfix_skip_spin_wait": True, "serve_failure_logs_dir": str(tmp_path / "logs")}))
+    check_failure(tmp_path, "skipped spin-wait", rc, out, ["hotfix-gb10-spin-wait.sh did not run"])
+
+
+def check_failure(tmp_path, name, rc, out, expected):
     assert rc != 0, "%s: the start did not fail:\n%s" % (name, out[-4000:])
     failure = out[out.find("did not start"):]
     for word in expected:

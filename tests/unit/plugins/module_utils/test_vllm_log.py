@@ -640,3 +640,33 @@ def test_assess_group_prefers_info_init_line_over_debug():
     # A build that logs only at DEBUG still yields an init method.
     only_debug = tp_assess.assess_group(2, {1: entry('w', debug)})
     assert only_debug['init_methods'][0]['init_method'] == 'tcp://127.0.0.1:41999'
+
+
+# --------------------------------------------------------------------------- the recipe's hotfixes
+
+@pytest.mark.parametrize('line, code, detail', [
+    ('dspark-hotfix: FATAL: hotfix-gb10-spin-wait.sh failed with exit code 1; this rank stops here (fail-closed)',
+     'hotfix_failed', 'hotfix-gb10-spin-wait.sh failed with exit code 1'),
+    ('dspark-hotfix: FATAL: /opt/dspark-patches/hotfix-nvfp4-ds-mla-issue22.sh is missing; this rank stops here '
+     '(fail-closed)', 'hotfix_failed', '/opt/dspark-patches/hotfix-nvfp4-ds-mla-issue22.sh is missing'),
+    ('RuntimeError: [SIMULATOR] required hotfix hotfix-gb10-spin-wait.sh did not run (no marker in '
+     '/tmp/dspark-lab-hotfixes.log)', 'hotfix_missing', None),
+])
+def test_hotfix_lines(line, code, detail):
+    diags = vllm_log.find_failures(line)
+    assert [d['code'] for d in diags] == [code]
+    assert diags[0]['severity'] == 'fatal' and diags[0]['fix']
+    if detail:
+        assert detail in diags[0]['cause']
+    else:
+        assert 'hotfix-gb10-spin-wait.sh' in diags[0]['cause']
+
+
+@pytest.mark.parametrize('line', [
+    'dspark-hotfix: applying hotfix-gb10-spin-wait.sh',
+    'dspark-hotfix: WARN: encoding_dsv4.py not found (set DSPARK_ENCODING_FILE or check the model snapshot): '
+    'encoder copy and issue21 skipped',
+    'dspark-hotfix: all hotfixes applied',
+])
+def test_hotfix_progress_lines_are_not_failures(line):
+    assert vllm_log.find_failures(line) == []
