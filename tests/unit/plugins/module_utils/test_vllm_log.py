@@ -653,7 +653,7 @@ def test_assess_group_prefers_info_init_line_over_debug():
      '/tmp/dspark-lab-hotfixes.log)', 'hotfix_missing', None),
 ])
 def test_hotfix_lines(line, code, detail):
-    diags = vllm_log.find_failures(line)
+    diags = tp_signatures.find_failures(line)
     assert [d['code'] for d in diags] == [code]
     assert diags[0]['severity'] == 'fatal' and diags[0]['fix']
     if detail:
@@ -669,4 +669,4 @@ def test_hotfix_lines(line, code, detail):
     'dspark-hotfix: all hotfixes applied',
 ])
 def test_hotfix_progress_lines_are_not_failures(line):
-    assert vllm_log.find_failures(line) == []
+    assert tp_signatures.find_failures(line) == []
