@@ -63,6 +63,7 @@ lint: venv
 	$(BIN)/yamllint -s .
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint -q --profile production
 	$(BIN)/python tests/ci/check_argument_specs.py
+	$(BIN)/python tests/ci/role_docs.py --check
 
 sanity: venv
 	VENV=$(CURDIR)/$(VENV) bash tests/ci/sanity.sh
