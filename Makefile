@@ -7,12 +7,12 @@ ALL_SCENARIOS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard extensions/mol
 SCENARIOS := $(filter default,$(ALL_SCENARIOS)) $(filter-out default,$(ALL_SCENARIOS))
 MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
 # The stages of `make test`, in order: each a target of this Makefile, run through tests/ci/stage.sh.
-TEST_STAGES := lint unit sanity build labtest fleettest $(MOLECULE_STAGES)
+TEST_STAGES := lint unit unit-newest sanity build labtest fleettest $(MOLECULE_STAGES)
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
 CI_LOGS := tests/output/ci
 
 .PHONY: venv prereqs-lab prereqs-test lab lab-down lab-fleet lab-fleet-down site lint sanity unit labtest vmlabtest molecule \
-	$(MOLECULE_STAGES) test build bench
+	$(MOLECULE_STAGES) test build bench unit-newest
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt
@@ -70,6 +70,21 @@ sanity: venv
 
 unit: venv
 	$(BIN)/pytest -q tests/unit
+
+# The newest ansible-core the collection supports (requirements-newest.txt; 2.21 needs Python 3.12+, taken from
+# pyenv when it is not on PATH): the plugins' unit tests, which reach core internals (tp_ranks' member
+# connections, modules built and run from an action), in a venv of their own.
+NEWEST_VENV := .venv-newest
+NEWEST_PYTHON ?= $(shell for p in $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HOME)/.pyenv/versions/3.12*/bin/python3 \
+	python3.13 python3.12; do "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && { echo "$$p"; break; }; done)
+$(NEWEST_VENV)/.installed: requirements-newest.txt
+	@test -n "$(NEWEST_PYTHON)" || { echo "unit-newest: no Python 3.12+ found (set NEWEST_PYTHON=/path/to/python3.12)"; exit 1; }
+	$(NEWEST_PYTHON) -m venv $(NEWEST_VENV)
+	$(NEWEST_VENV)/bin/pip install -q -r requirements-newest.txt
+	touch $@
+
+unit-newest: $(NEWEST_VENV)/.installed
+	$(NEWEST_VENV)/bin/pytest -q -p no:cacheprovider tests/unit/plugins
 
 # The lab's own checks (SSH, fabric, DF ping); the lab is taken down afterwards.
 labtest: venv
