@@ -25,6 +25,9 @@ from ansible_collections.dspark.cluster.plugins.plugin_utils import inventory_ru
 SPEC_ROLES = ("checkpoint", "docker_runtime", "fabric", "nfs_export", "preflight", "router", "serve")
 PREFIXES = tuple(role + "_" for role in SPEC_ROLES) + ("dspark_",)
 
+# Names the lab inventories set for their own use (the key and state directory of lab/lab.sh).
+LAB_NAMES = ("dspark_lab_state",)
+
 BOOL_STRINGS = frozenset(("y", "yes", "on", "1", "true", "t", "n", "no", "off", "0", "false", "f"))
 _INT_RE = re.compile(r"^\s*[-+]?[0-9]+\s*$")
 _FLOAT_RE = re.compile(r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$")
@@ -102,7 +105,7 @@ def internal_names(root):
 
 
 def known_names(specs, internal=()):
-    return set(specs) | set(internal) | set(inventory_rules.CONTRACT_VARS)
+    return set(specs) | set(internal) | set(inventory_rules.CONTRACT_VARS) | set(LAB_NAMES)
 
 
 def watched(name):
