@@ -71,11 +71,6 @@ def collect_nodes(hostvars, hosts, cache):
     return nodes
 
 
-def _about(line, host, var):
-    return any(line.startswith(prefix) for prefix in ("%s: %s=" % (host, var), "%s: %s is not set" % (host, var))) or \
-        (line.startswith("group ") and (": %s=" % var in line or ": %s is not set" % var in line))
-
-
 class ActionModule(ActionBase):
     """Runs on the controller only; never contacts a node."""
 
@@ -116,7 +111,7 @@ class ActionModule(ActionBase):
         # A variable that failed to template is reported once, as such, not again as "not set" by the inventory rules.
         failed = [(host, var) for host in sorted(wanted) for var, value in cache[host][0].items()
                   if isinstance(value, _plan_vars.TemplateFailure)]
-        errors = [e for e in findings.errors if not any(_about(e, host, var) for host, var in failed)]
+        errors = _plan_vars.without_lines_about(findings.errors, failed)
         extra = getattr(getattr(hostvars, "_variable_manager", None), "extra_vars", None) or {}
         errors += _plan_vars.place(problems, groups, serving=set(summary), extra_vars=set(extra))
 

@@ -272,6 +272,15 @@ def check_group_ranks(name, members, values_of, world_size):
     return problems
 
 
+def without_lines_about(lines, pairs):
+    """lines, less those about one of the (host, variable) pairs: for that host, or for a group (any member)."""
+    def about(line, host, var):
+        if line.startswith(("%s: %s=" % (host, var), "%s: %s is not set" % (host, var))):
+            return True
+        return line.startswith("group ") and (": %s=" % var in line or ": %s is not set" % var in line)
+    return [line for line in lines if not any(about(line, host, var) for host, var in pairs)]
+
+
 def place(problems, groups, serving=(), extra_vars=()):
     """One message per problem: a problem seen on exactly the hosts of a group is reported once, for the group.
 

@@ -185,3 +185,15 @@ def test_internal_names_read_registers_set_facts_and_role_vars(tmp_path):
         "- block:\n    - ansible.builtin.set_fact:\n        serve_fact: 1\n      register: serve_reg\n"
         "  rescue:\n    - ansible.builtin.debug: {}\n      vars: {serve_task_var: 1, other: 2}\n")
     assert plan.internal_names(str(tmp_path)) == {"serve_internal", "serve_fact", "serve_reg", "serve_task_var"}
+
+
+@pytest.mark.parametrize("line, dropped", [
+    ("a0: dspark_fabric_address is not set (x). Fix: y", True),
+    ("a0: dspark_fabric_address='1.2.3.4' is bad. Fix: y", True),
+    ("group pair_a: dspark_fabric_address='differs' between members. Fix: y", True),
+    ("a1: dspark_fabric_address is not set (x). Fix: y", False),
+    ("a0: dspark_fabric_address_x=1 is bad. Fix: y", False),
+    ("a0: dspark_rank is not set (x). Fix: y", False),
+])
+def test_lines_about_a_variable_that_failed_to_template_are_dropped(line, dropped):
+    assert plan.without_lines_about([line], [("a0", "dspark_fabric_address")]) == ([] if dropped else [line])
