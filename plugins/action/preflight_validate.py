@@ -1,15 +1,20 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to dspark.cluster
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Thin shell: gathers the dspark_* variables of every node and hands them to inventory_rules."""
+"""Thin shell: reads the role-prefixed variables of every node (each templated alone) and hands them to
+inventory_rules (the inventory contract) and _plan_vars (every role's variables against its argument spec)."""
 
 from __future__ import annotations
 
+import functools
+import os
+
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import inventory_rules
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _plan_vars, inventory_rules
 
-NODE_VARS = ("dspark_group", "dspark_rank", "dspark_fabric_address", "dspark_fabric_interface") + inventory_rules.GROUP_WIDE_VARS
+NODE_VARS = inventory_rules.CONTRACT_VARS + ("ansible_host",)
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ARGUMENT_SPEC = {
     "play_hosts": {"type": "list", "elements": "str"},
@@ -22,13 +27,46 @@ ARGUMENT_SPEC = {
 }
 
 
-def collect_nodes(hostvars, hosts):
-    """host -> {var: value} for the variables the rules read (templated by HostVars on access)."""
+@functools.lru_cache(maxsize=4)
+def role_specs(root=COLLECTION_ROOT):
+    """The argument specs of every role and the names the collection sets itself, read once per process."""
+    specs = _plan_vars.load_specs(os.path.join(root, "roles"))
+    return specs, frozenset(_plan_vars.known_names(specs, _plan_vars.internal_names(root)))
+
+
+def _first_line(error):
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+def read_host(hostvars, host):
+    """{var: value or TemplateFailure} for the watched variables of one host, each templated alone.
+
+    hostvars[host] templates on access (HostVarsVars), so one variable's error stays that variable's.
+    """
+    hv = hostvars.get(host) or {}
+    raw = getattr(hv, "_vars", hv)
+    values = {}
+    for name in list(hv):
+        if not (_plan_vars.watched(name) or name in NODE_VARS):
+            continue
+        try:
+            values[name] = hv[name]
+        except Exception as error:  # pylint: disable=broad-except  # any templating error is reported, not raised
+            values[name] = _plan_vars.TemplateFailure(raw.get(name), _first_line(error))
+    return values, list(hv.get("group_names") or [])
+
+
+def collect_nodes(hostvars, hosts, cache):
+    """host -> {var: value} for the variables the inventory rules read; template failures read as unset."""
     nodes = {}
     for host in hosts:
-        hv = hostvars.get(host) or {}
-        node = {var: hv.get(var) for var in NODE_VARS}
-        node["group_names"] = list(hv.get("group_names") or [])
+        if host not in cache:
+            cache[host] = read_host(hostvars, host)
+        values, group_names = cache[host]
+        node = {var: values.get(var) for var in NODE_VARS}
+        node = {k: (None if isinstance(v, _plan_vars.TemplateFailure) else v) for k, v in node.items()}
+        node["group_names"] = group_names
         nodes[host] = node
     return nodes
 
@@ -49,26 +87,41 @@ class ActionModule(ActionBase):
         hostvars = task_vars.get("hostvars") or {}
 
         # First pass finds the serving groups; their members (even outside --limit) are read too.
-        first = collect_nodes(hostvars, play_hosts)
+        cache = {}
+        first = collect_nodes(hostvars, play_hosts, cache)
         wanted = set(play_hosts)
         for node in first.values():
             name = node.get("dspark_group")
             if isinstance(name, str):
                 wanted.update(groups.get(name) or [])
-        nodes = collect_nodes(hostvars, sorted(wanted))
+        nodes = collect_nodes(hostvars, sorted(wanted), cache)
 
         settings = inventory_rules.Settings(
             mtu_min=args["mtu_min"], mtu_max=args["mtu_max"], port_min=args["port_min"], port_max=args["port_max"],
             require_image_digest=args["require_image_digest"], require_pinned_revision=args["require_pinned_revision"],
         )
         findings, summary = inventory_rules.validate(nodes, groups, play_hosts, settings)
-        result.update(changed=False, groups=summary, errors=findings.errors)
+
+        specs, known = role_specs()
+        problems = []
+        for host in sorted(wanted):
+            problems.extend(_plan_vars.check_host(host, cache[host][0], specs, known))
+        for name, group in sorted(summary.items()):
+            problems.extend(_plan_vars.check_group_ranks(name, group["members"], lambda h: cache[h][0], group["world_size"]))
+        # A variable that failed to template is reported once, as such, not again as "not set" by the inventory rules.
+        failed = [(host, var) for host in sorted(wanted) for var, value in cache[host][0].items()
+                  if isinstance(value, _plan_vars.TemplateFailure)]
+        errors = _plan_vars.without_lines_about(findings.errors, failed)
+        extra = getattr(getattr(hostvars, "_variable_manager", None), "extra_vars", None) or {}
+        errors += _plan_vars.place(problems, groups, serving=set(summary), extra_vars=set(extra))
+
+        result.update(changed=False, groups=summary, errors=errors)
         if findings.warnings:
             result["warnings"] = findings.warnings
-        if findings.errors:
+        if errors:
             result["failed"] = True
-            result["msg"] = "Inventory validation failed (%d problem%s), nothing was changed:\n- %s" % (
-                len(findings.errors), "" if len(findings.errors) == 1 else "s", "\n- ".join(findings.errors))
+            result["msg"] = "Validation of the run failed (%d problem%s), nothing was changed:\n- %s" % (
+                len(errors), "" if len(errors) == 1 else "s", "\n- ".join(errors))
         else:
             result["msg"] = "%d serving group(s) valid: %s" % (len(summary), ", ".join(sorted(summary)))
         return result

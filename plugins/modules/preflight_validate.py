@@ -16,6 +16,11 @@ description:
     two groups, the whole group in the play), fabric addressing (valid, distinct, inside C(dspark_fabric_cidr)),
     MTU range, tensor-parallel size = nodes x GPUs per node, ports, image reference, model id and revision,
     and checkpoint mode.
+  - Also checks every role variable set for those hosts (inventory, group_vars, host_vars, extra vars) against
+    the roles' C(meta/argument_specs.yml), strictly (a string is not a list, a dict or an int; choices; absolute
+    C(*_dir) and C(*_path)); fails on a name with a role prefix that no role knows ("did you mean"); reports a
+    value that cannot be templated per variable; checks that the fabric address is not the management address,
+    the HCA list syntax, and that the checkpoint and NFS source ranks are ranks of the group.
   - Every problem names the host or group, the variable, the bad value and the fix. All problems are reported
     at once.
   - Runs on the controller and never connects to a node.

@@ -37,6 +37,11 @@ GROUP_WIDE_VARS = (
     "dspark_checkpoint_mode",
 )
 
+# Every dspark_ variable of the inventory contract (README "Inventory"): per node, group-wide and optional.
+NODE_VARS = ("dspark_group", "dspark_rank", "dspark_fabric_address", "dspark_fabric_interface")
+OPTIONAL_VARS = ("dspark_fabric_hca", "dspark_has_gpu", "dspark_hf_cache", "dspark_mgmt_address")
+CONTRACT_VARS = NODE_VARS + GROUP_WIDE_VARS + OPTIONAL_VARS
+
 # Docker reference grammar (distribution/reference), reduced to what an operator writes.
 _DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?"
 _COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
@@ -50,6 +55,8 @@ _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 # git check-ref-format, simplified: no spaces, control chars, '..', '~^:?*[\\', no leading '-' or '/'.
 _REF_RE = re.compile(r"^(?!-)(?!/)(?!.*\.\.)(?!.*//)[^\s~^:?*\[\\\x00-\x1f\x7f]+(?<!/)(?<!\.lock)(?<!\.)$")
 _IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+# NCCL_IB_HCA: an optional ^ (exclude) and = (exact match), then device[:port] separated by commas.
+_HCA_RE = re.compile(r"^\^?=?[A-Za-z0-9_.-]+(?::[0-9]+)?(?:,[A-Za-z0-9_.-]+(?::[0-9]+)?)*$")
 
 
 @dataclass
@@ -80,6 +87,9 @@ def _message(where, var, value, problem, fix):
     if value is None:
         return "%s: %s is not set (%s). Fix: %s" % (where, var, problem, fix)
     return "%s: %s=%r %s. Fix: %s" % (where, var, value, problem, fix)
+
+
+message = _message
 
 
 def _as_int(value):
@@ -199,6 +209,10 @@ def check_fabric(name, members, values, findings):
         if not isinstance(iface, str) or not _IFNAME_RE.match(iface):
             findings.error(host, "dspark_fabric_interface", iface, "is not a Linux interface name",
                            "set the ConnectX netdev that carries the fabric address, e.g. enp1s0f1np1")
+        hca = node.get("dspark_fabric_hca")
+        if hca is not None and (not isinstance(hca, str) or not _HCA_RE.match(hca)):
+            findings.error(host, "dspark_fabric_hca", hca, "is not in NCCL_IB_HCA syntax",
+                           "write one string of device[:port] names separated by commas, e.g. rocep1s0f1 or =rocep1s0f1,roceP2p1s0f1")
         raw = node.get("dspark_fabric_address")
         try:
             addr = netaddr.IPAddress(str(raw), flags=netaddr.INET_PTON)
@@ -212,6 +226,11 @@ def check_fabric(name, members, values, findings):
             findings.error(host, "dspark_fabric_address", raw, "is also the address of %s" % seen[addr],
                            "give every node of the group its own fabric address")
         seen.setdefault(addr, host)
+        mgmt = node.get("dspark_mgmt_address") or node.get("ansible_host") or host
+        if str(mgmt).strip() == str(addr):
+            var = "dspark_mgmt_address" if node.get("dspark_mgmt_address") else "ansible_host"
+            findings.error(host, "dspark_fabric_address", raw, "equals the management address (%s=%s)" % (var, mgmt),
+                           "the fabric address is the ConnectX link's own address; Ansible and the router use the management network")
         if network is None:
             continue
         if addr not in network:

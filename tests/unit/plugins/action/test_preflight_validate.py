@@ -2,6 +2,8 @@
 
 from unittest.mock import MagicMock
 
+import pytest
+
 from ansible.playbook.task import Task
 from ansible.template import Templar
 
@@ -59,3 +61,67 @@ def test_members_outside_the_limit_are_read_and_reported():
     result = action.run(task_vars=task_vars(play=("a-head",)))
     assert result["failed"] is True
     assert any("leaves out a-worker" in e for e in result["errors"])
+
+
+class FakeVariableManager:
+    def __init__(self, extra_vars):
+        self.extra_vars = extra_vars
+
+
+class FakeHostVars(dict):
+    """Like Ansible's HostVars: host -> HostVarsVars (templates each variable on access, in that host's context)."""
+
+    def __init__(self, hostvars, extra_vars=None):
+        from ansible.vars.hostvars import HostVarsVars
+        from ansible.template import trust_as_template
+        trusted = {h: {k: trust_as_template(x) if isinstance(x, str) else x for k, x in v.items()} for h, v in hostvars.items()}
+        super().__init__({h: HostVarsVars(v, loader=None, host=h) for h, v in trusted.items()})
+        self._variable_manager = FakeVariableManager(extra_vars or {})
+
+
+def real_task_vars(head=None, worker=None, extra_vars=None):
+    tv = task_vars()
+    tv["hostvars"]["a-head"].update(head or {})
+    tv["hostvars"]["a-worker"].update(worker or {})
+    for values in tv["hostvars"].values():
+        values.update(extra_vars or {})
+    tv["groups"]["dspark"] = list(tv["hostvars"])
+    tv["hostvars"] = FakeHostVars(tv["hostvars"], extra_vars)
+    return tv
+
+
+def test_templated_values_are_read_in_their_host_context():
+    action, dummy = make_action()
+    result = action.run(task_vars=real_task_vars(worker={"_addr": "10.77.77.2", "dspark_fabric_address": "{{ _addr }}"}))
+    assert not result.get("failed"), result
+
+
+@pytest.mark.parametrize("head, worker, extra, expected", [
+    # a templating error in one variable is reported as such, and every other problem still is
+    ({"dspark_fabric_address": "{{ nothing_here }}"}, {"serve_extra_args": "--max-num-seqs"}, None, [
+        "a-head: dspark_fabric_address='{{ nothing_here }}' cannot be templated",
+        "a-worker: serve_extra_args='--max-num-seqs' is a string, not a list. Fix: write a YAML list",
+    ]),
+    ({"serve_max_num_seq": 3}, {"serve_max_num_seq": 3}, None, [
+        "group pair_a: serve_max_num_seq=3 is not a variable of this collection (did you mean serve_max_num_seqs?). Fix: rename",
+    ]),
+    (None, None, {"serve_extra_args": "--max-num-seqs", "checkpoint_source_rank": 5}, [
+        "extra vars (-e): checkpoint_source_rank=5 is not a rank of group pair_a (ranks 0..1)",
+        "extra vars (-e): serve_extra_args='--max-num-seqs' is a string, not a list",
+    ]),
+    (None, {"ansible_host": "10.77.77.2"}, None, [
+        "a-worker: dspark_fabric_address='10.77.77.2' equals the management address (ansible_host=10.77.77.2)",
+    ]),
+    ({"fabric_checks": "maybe", "serve_config_dir": "etc/serve"}, None, None, [
+        "a-head: fabric_checks='maybe' is not a boolean",
+        "a-head: serve_config_dir='etc/serve' is not an absolute path",
+    ]),
+])
+def test_every_role_variable_problem_is_one_line(head, worker, extra, expected):
+    action, dummy = make_action()
+    result = action.run(task_vars=real_task_vars(head, worker, extra))
+    assert result["failed"] is True
+    assert len(result["errors"]) == len(expected), result["errors"]
+    for want, line in zip(expected, sorted(result["errors"])):
+        assert line.startswith(want), (want, result["errors"])
+        assert ". Fix: " in line

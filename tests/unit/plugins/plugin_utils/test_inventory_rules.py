@@ -78,6 +78,11 @@ def test_valid_pair_has_no_findings():
     ({"dspark_model_revision": ""}, "group pair_a", "dspark_model_revision", "is empty"),
     ({"dspark_model_revision": "bad rev~1"}, "group pair_a", "dspark_model_revision", "not a valid git revision"),
     ({"head__dspark_image": "ghcr.io/x/y:1"}, "group pair_a", "dspark_image", "differs"),
+    ({"worker__ansible_host": "192.168.100.2"}, "worker", "dspark_fabric_address", "equals the management address (ansible_host"),
+    ({"head__dspark_mgmt_address": "192.168.100.1"}, "head", "dspark_fabric_address", "equals the management address (dspark_mgmt"),
+    ({"dspark_fabric_hca": ["rocep1s0f1"]}, "head", "dspark_fabric_hca", "not in NCCL_IB_HCA syntax"),
+    ({"dspark_fabric_hca": "rocep1s0f1 roceP2p1s0f1"}, "head", "dspark_fabric_hca", "not in NCCL_IB_HCA syntax"),
+    ({"dspark_fabric_hca": "rocep1s0f1;roceP2p1s0f1"}, "worker", "dspark_fabric_hca", "not in NCCL_IB_HCA syntax"),
     ({"worker__dspark_group": None}, "worker", "dspark_group", "is not set"),
     ({"worker__dspark_group": "pair_z"}, "worker", "dspark_group", "names no inventory group"),
 ])
@@ -139,6 +144,17 @@ def test_fleet_of_pairs_and_a_four_node_group_validate_independently():
 def test_every_problem_is_reported_at_once():
     findings, dummy = run(*pair(dspark_fabric_mtu=100, dspark_checkpoint_mode="ftp", worker__dspark_rank=0))
     assert len(findings.errors) >= 3
+
+
+@pytest.mark.parametrize("hca", ["rocep1s0f1", "=rocep1s0f1,roceP2p1s0f1", "^mlx5_1", "mlx5_0:1,mlx5_1:1", "^=rxe0", None])
+def test_hca_syntax_accepted(hca):
+    findings, dummy = run(*pair(dspark_fabric_hca=hca))
+    assert findings.errors == []
+
+
+def test_fabric_address_differs_from_a_hostname_management_address():
+    findings, dummy = run(*pair(head__ansible_host="spark-a-head.mgmt.example.net"))
+    assert findings.errors == []
 
 
 def test_slash_31_allows_both_addresses():
