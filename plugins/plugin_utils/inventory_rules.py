@@ -341,3 +341,32 @@ def validate(nodes, groups, play_hosts, settings=None):
             "world_size": len(members),
         }
     return findings, summary
+
+
+_EXAMPLE = "(see inventories/example/hosts.yml)"
+
+
+def run_gate(groups, play_hosts, limit="", sources=()):
+    """Why the run has no serving node to work on, as message lines ([] when it has one).
+
+    Ansible only warns when an inventory does not parse, and skips a play whose pattern matches nothing with
+    exit 0: without this gate such a run would do nothing and "succeed".
+    groups: Ansible's `groups`; play_hosts: the hosts of the run (ansible_play_hosts_all); limit: ansible_limit;
+    sources: ansible_inventory_sources.
+    """
+    where = "inventory %s" % ", ".join(str(source) for source in sources or ())
+    if not groups.get("all"):
+        return ["%s: hosts=[] has no host: it did not parse (see the warnings above) or is empty. Fix: correct the error "
+                "the warnings name, or pass the inventory file with -i %s" % (where, _EXAMPLE)]
+    if "dspark" not in groups:
+        names = sorted(name for name in groups if name not in ("all", "ungrouped"))
+        return ["%s: groups=%s has no group dspark. Fix: put every serving group under all: children: dspark: children: %s"
+                % (where, names, _EXAMPLE)]
+    serving = list(groups["dspark"])
+    if not serving:
+        return ["group dspark: hosts=[] is empty, so there is nothing to provision. Fix: add the serving groups and their "
+                "hosts under dspark: children: %s" % _EXAMPLE]
+    if not set(serving) & set(play_hosts):
+        return ["limit: --limit %s matches no host of group dspark (it matches %s). Fix: limit the run to serving groups "
+                "or their hosts, e.g. --limit %s" % (limit or "", ", ".join(play_hosts), serving[0])]
+    return []

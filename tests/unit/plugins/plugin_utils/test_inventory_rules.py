@@ -161,3 +161,29 @@ def test_slash_31_allows_both_addresses():
     findings, dummy = run(*pair(dspark_fabric_cidr="192.168.100.0/31", head__dspark_fabric_address="192.168.100.0",
                                 worker__dspark_fabric_address="192.168.100.1"))
     assert findings.errors == []
+
+
+# --------------------------------------------------------------------------- the run gate (playbooks/preflight.yml)
+
+PAIR_GROUPS = {"all": ["a0", "a1", "rt"], "ungrouped": [], "dspark": ["a0", "a1"], "pair_a": ["a0", "a1"],
+               "dspark_router": ["rt"]}
+
+
+@pytest.mark.parametrize("groups, play_hosts, limit, expected", [
+    ({"all": [], "ungrouped": []}, [], "", "inventory bad.yml: hosts=[] has no host: it did not parse"),
+    ({"all": ["a0"], "ungrouped": [], "pair_a": ["a0"], "pairs": ["a0"]}, ["a0"], "",
+     "inventory bad.yml: groups=['pair_a', 'pairs'] has no group dspark. Fix: put every serving group under"),
+    ({"all": ["rt"], "ungrouped": [], "dspark": [], "dspark_router": ["rt"]}, ["rt"], "",
+     "group dspark: hosts=[] is empty, so there is nothing to provision. Fix: "),
+    (PAIR_GROUPS, ["rt"], "rt", "limit: --limit rt matches no host of group dspark (it matches rt). Fix: limit the run "
+     "to serving groups or their hosts, e.g. --limit a0"),
+])
+def test_run_gate_names_why_the_run_would_do_nothing(groups, play_hosts, limit, expected):
+    problems = rules.run_gate(groups, play_hosts, limit, ["bad.yml"])
+    assert len(problems) == 1 and problems[0].startswith(expected), problems
+    assert "Fix: " in problems[0]
+
+
+@pytest.mark.parametrize("play_hosts", [["a0", "a1", "rt"], ["a1"]])
+def test_run_gate_passes_a_run_with_a_serving_node(play_hosts):
+    assert rules.run_gate(PAIR_GROUPS, play_hosts, "", ["hosts.yml"]) == []
