@@ -5,8 +5,11 @@ here the path comes from DSPARK_LAB_STATE (set by extensions/molecule/config.yml
 inventory, so the checks never depend on a reused SSH session.
 """
 
+import json
 import os
 import pathlib
+import shutil
+import subprocess
 
 import testinfra
 import yaml
@@ -24,3 +27,17 @@ def lab_node(name):
     return testinfra.get_host(
         "ssh://spark@127.0.0.1:%d" % port, sudo=True, ssh_identity_file=str(LAB_STATE / "id_ed25519"),
         ssh_extra_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR")
+
+
+def playbook(name, inventory=LAB_INVENTORY, *extra):
+    """(rc, stdout+stderr) of playbooks/<name> run on the lab pair (or another inventory)."""
+    run = subprocess.run([shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(inventory),
+                          str(ROOT / "playbooks" / name), *extra],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    return run.returncode, run.stdout + run.stderr
+
+
+def container(name):
+    """`docker inspect` of the serving container on lab node `name`, or None when there is none."""
+    out = lab_node(name).run("docker inspect --format '{{json .}}' dspark-vllm")
+    return json.loads(out.stdout) if out.rc == 0 else None

@@ -7,9 +7,8 @@ import hashlib
 import json
 import pathlib
 import shutil
-import subprocess
 
-from labhosts import lab_node
+from labhosts import container, lab_node, playbook
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 LAB = ROOT / "inventories" / "lab"
@@ -27,18 +26,6 @@ DEFAULT_ORDER = [
     "hotfix-dsv4-issue43-decode-fairness-and-diag.py", "hotfix-dsv4-issue26-hybrid-swa-min.py",
     "hotfix-dsv4-suppress-stops-in-reasoning.py",
 ]
-
-
-def playbook(name, *extra):
-    run = subprocess.run([shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(LAB / "hosts.yml"),
-                          str(ROOT / "playbooks" / name), *extra],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
-    return run.returncode, run.stdout + run.stderr
-
-
-def container(name):
-    out = lab_node(name).run("docker inspect --format '{{json .}}' dspark-vllm")
-    return json.loads(out.stdout) if out.rc == 0 else None
 
 
 def running():
@@ -91,7 +78,7 @@ def test_missing_required_hotfixes_fail_before_anything_starts(tmp_path):
     redaction hotfix. That the reduced tree passes without keys is covered by the plan's unit tests."""
     before, files = running(), compose_files()
     recipe = reduced_recipe(tmp_path, "hotfix-gb10-spin-wait.sh", "hotfix-vllm-redact-api-key-log.sh")
-    rc, out = playbook("serve.yml", "-e", json.dumps({"serve_hotfix_recipe": str(recipe), "serve_api_key": "lab-key"}))
+    rc, out = playbook("serve.yml", LAB / "hosts.yml", "-e", json.dumps({"serve_hotfix_recipe": str(recipe), "serve_api_key": "lab-key"}))
     assert rc != 0, out[-3000:]
     assert "patches/hotfix-gb10-spin-wait.sh is missing" in out, out[-3000:]
     assert "serve_hotfix_skip_spin_wait is false" in out and "set serve_hotfix_skip_spin_wait: true" in out

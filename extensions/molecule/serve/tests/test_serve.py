@@ -5,27 +5,14 @@ no half-started group. The serving image here is the lab SIMULATOR, not vLLM."""
 import json
 import pathlib
 import shutil
-import subprocess
 
 import pytest
 import yaml
-from labhosts import lab_node
+from labhosts import container, lab_node, playbook
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 LAB = ROOT / "inventories" / "lab"
 NODES = ("spark-head", "spark-worker")
-
-
-def playbook(name, inventory=LAB / "hosts.yml", *extra):
-    run = subprocess.run([shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(inventory),
-                          str(ROOT / "playbooks" / name), *extra],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
-    return run.returncode, run.stdout + run.stderr
-
-
-def container(name):
-    out = lab_node(name).run("docker inspect --format '{{json .}}' dspark-vllm")
-    return json.loads(out.stdout) if out.rc == 0 else None
 
 
 def test_both_ranks_run_with_their_rank_flags():
