@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model
+
 try:
     import netaddr
 
@@ -334,10 +336,10 @@ def validate(nodes, groups, play_hosts, settings=None):
         check_group_values(name, values, settings, findings)
         check_tensor_parallel(name, values, len(members), findings)
         check_fabric(name, members, values, findings)
-        ordered = sorted(members, key=lambda n: (_as_int(n.get("dspark_rank")) is None, _as_int(n.get("dspark_rank")) or 0))
+        ordered = _group_model.members_by_rank(groups[name], lambda host: nodes.get(host, {}).get("dspark_rank"))
         summary[name] = {
-            "head": ordered[0]["host"] if ordered else None,
-            "members": [n["host"] for n in ordered],
+            "head": ordered[0] if ordered else None,
+            "members": ordered,
             "world_size": len(members),
         }
     return findings, summary
