@@ -94,4 +94,3 @@ def group_model(group, groups, hostvars, host=None):
             "peers": [m for m in members if m != host],
         })
     return model
-
