@@ -13,8 +13,8 @@ version_added: 0.1.0
 description:
   - Orders the members of a serving group by C(dspark_rank) (the head, rank 0, first) and returns the group's
     model as every role of the collection reads it. The one place the group model is computed.
-  - A group the inventory does not hold is modelled as the host alone, with O(_input) unchanged and C(known)
-    false, so that the role's own validation can report it.
+  - A group the inventory does not hold is modelled as O(host) alone, with C(known) false, so that the role's own
+    validation can report it.
   - Runs on the controller; reads only the inventory.
 author:
   - dspark.cluster contributors (@dspark)
