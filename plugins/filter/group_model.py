@@ -57,6 +57,8 @@ _value:
     rank_hosts: {description: Rank -> the members that have it., type: dict}
     addresses: {description: Member -> its C(dspark_fabric_address) ('' when unset)., type: dict}
     master_address: {description: The head's fabric address (the rendezvous address)., type: str}
+    master_port: {description: The head's C(dspark_master_port) (the rendezvous port; null when not an integer)., type: int}
+    api_port: {description: The head's C(dspark_api_port) (null when not an integer)., type: int}
     host: {description: The host the model is seen from., type: str}
     rank: {description: That host's rank (null when not an integer)., type: int}
     is_head: {description: Whether that host has rank 0., type: bool}

@@ -33,6 +33,8 @@ def read(hostvars, host, name, default=None):
         hvars = hostvars[host]
     except KeyError:
         return default
+    if hvars is None:
+        return default
     try:
         value = hvars[name]
     except KeyError:
@@ -84,6 +86,9 @@ def group_model(group, groups, hostvars, host=None):
         "rank_hosts": rank_hosts,
         "addresses": addresses,
         "master_address": addresses.get(head, "") if head is not None else "",
+        # Group-wide values (preflight checks that the members agree), as the head has them.
+        "master_port": as_int(read(hostvars, head, "dspark_master_port")) if head is not None else None,
+        "api_port": as_int(read(hostvars, head, "dspark_api_port")) if head is not None else None,
     }
     if host is not None:
         rank = as_int(read(hostvars, host, "dspark_rank"))

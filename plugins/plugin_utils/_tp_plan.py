@@ -115,7 +115,7 @@ def plan_group(group, groups, member_vars, container=DEFAULT_CONTAINER, containe
         'ranks_per_node': per_node,
         'expected_ranks': list(range(world)),
         'rank_nodes': rank_nodes,
-        'api_port': as_int(head_vars.get('dspark_api_port')),
+        'api_port': _group_model.group_model(group, groups, member_vars)['api_port'],
     }
 
 

@@ -57,6 +57,20 @@ def test_seen_from_a_host(host, rank, is_head, peers):
     assert model["addresses"] == {"c0": "10.0.0.1", "c1": "10.0.0.2", "c2": "10.0.0.3"}
     assert model["ranks"] == {"c0": 2, "c1": 1, "c2": 0}
     assert model["rank_hosts"] == {0: ["c2"], 1: ["c1"], 2: ["c0"]}
+    assert model["master_port"] is None and model["api_port"] is None
+
+
+@pytest.mark.parametrize("head_vars, master_port, api_port", [
+    ({"dspark_master_port": 25000, "dspark_api_port": 8888}, 25000, 8888),
+    ({"dspark_master_port": "25001", "dspark_api_port": " 8000 "}, 25001, 8000),
+    ({"dspark_master_port": "x"}, None, None),
+])
+def test_ports_are_the_heads(head_vars, master_port, api_port):
+    groups, hostvars = inventory({"w": 1, "h": 0})
+    hostvars["h"].update(head_vars)
+    hostvars["w"].update(dspark_master_port=1, dspark_api_port=2)
+    model = gm.group_model("g", groups, hostvars, "w")
+    assert (model["master_port"], model["api_port"]) == (master_port, api_port)
 
 
 @pytest.mark.parametrize("group", ["nope", "", None])
@@ -77,6 +91,8 @@ def test_duplicate_and_missing_ranks_and_addresses():
     assert model["addresses"] == {"a": "10.0.0.1", "b": "", "c": "10.0.0.3"}
     # A member missing from hostvars altogether reads as unset.
     del hostvars["b"]
+    assert gm.group_model("g", groups, hostvars)["members"] == ["a", "b", "c"]
+    hostvars["b"] = None
     assert gm.group_model("g", groups, hostvars)["members"] == ["a", "b", "c"]
 
 
