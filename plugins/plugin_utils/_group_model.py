@@ -27,19 +27,27 @@ def as_int(value):
     return None
 
 
-def read(hostvars, host, name, default=None):
-    """One variable of one host; a missing host or variable is ``default`` (template errors propagate)."""
+def host_vars(hostvars, host):
+    """The variables of one host ({} when hostvars lacks it). Each ``hostvars[host]`` costs Ansible a whole
+    get_vars for that host: take it once per host and read every variable from it."""
     try:
-        hvars = hostvars[host]
+        return hostvars[host] or {}
     except KeyError:
-        return default
-    if hvars is None:
-        return default
+        return {}
+
+
+def get(hvars, name, default=None):
+    """One variable from a host's variables; missing or null is ``default`` (template errors propagate)."""
     try:
         value = hvars[name]
     except KeyError:
         return default
     return default if value is None else value
+
+
+def read(hostvars, host, name, default=None):
+    """One variable of one host; a missing host or variable is ``default``."""
+    return get(host_vars(hostvars, host), name, default)
 
 
 def rank_key(rank, index):
@@ -66,15 +74,17 @@ def group_model(group, groups, hostvars, host=None):
     groups = groups or {}
     known = isinstance(group, str) and bool(group) and group in groups
     hosts = list(groups[group] or []) if known else ([host] if host is not None else [])
-    ranks = {h: read(hostvars, h, "dspark_rank") for h in hosts}
+    views = {h: host_vars(hostvars, h) for h in hosts}
+    ranks = {h: get(views[h], "dspark_rank") for h in hosts}
     members = members_by_rank(hosts, ranks.get)
     rank_hosts = {}
     for member in members:
         number = as_int(ranks[member])
         if number is not None:
             rank_hosts.setdefault(number, []).append(member)
-    addresses = {m: str(read(hostvars, m, "dspark_fabric_address", "")) for m in members}
+    addresses = {m: str(get(views[m], "dspark_fabric_address", "")) for m in members}
     head = members[0] if members else None
+    head_vars = views[head] if head is not None else {}
     model = {
         "group": group,
         "known": known,
@@ -87,11 +97,11 @@ def group_model(group, groups, hostvars, host=None):
         "addresses": addresses,
         "master_address": addresses.get(head, "") if head is not None else "",
         # Group-wide values (preflight checks that the members agree), as the head has them.
-        "master_port": as_int(read(hostvars, head, "dspark_master_port")) if head is not None else None,
-        "api_port": as_int(read(hostvars, head, "dspark_api_port")) if head is not None else None,
+        "master_port": as_int(get(head_vars, "dspark_master_port")),
+        "api_port": as_int(get(head_vars, "dspark_api_port")),
     }
     if host is not None:
-        rank = as_int(read(hostvars, host, "dspark_rank"))
+        rank = as_int(ranks[host] if host in ranks else read(hostvars, host, "dspark_rank"))
         model.update({
             "host": host,
             "rank": rank,
