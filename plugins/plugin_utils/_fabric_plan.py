@@ -285,7 +285,7 @@ def rank_env(inputs):
     env = {"NCCL_SOCKET_IFNAME": inputs.get("interface"), "GLOO_SOCKET_IFNAME": inputs.get("interface"),
            "TP_SOCKET_IFNAME": inputs.get("interface"), "NCCL_IB_HCA": inputs.get("hca"), "VLLM_HOST_IP": inputs.get("address")}
     gid = inputs.get("gid") or {}
-    if gid.get("gid_index") is not None:
+    if "gid_index" in gid:
         env["NCCL_IB_GID_INDEX"] = str(gid["gid_index"])
     return env
 
