@@ -69,6 +69,10 @@ CIDR = ("dspark_fabric_cidr=%s is not an IPv4 network in CIDR form without host 
     ({"group": "trio_c", "addresses": {"c0": "192.168.100.1", "c1": "192.168.100.2", "c2": "300.1.1.1"}, "host": "c0"},
      ["dspark_fabric_address is not an IPv4 address on c2=300.1.1.1. Fix: give every node of group trio_c its own fabric IPv4 inside"
       " dspark_fabric_cidr."]),
+    # Stricter than the Jinja was (ansible.utils read a decimal integer as an address); preflight refuses it too.
+    ({"addresses": {"head": "192.168.100.1", "worker": "3232261122"}},
+     ["dspark_fabric_address is not an IPv4 address on worker=3232261122. Fix: give every node of group g its own fabric IPv4 inside"
+      " dspark_fabric_cidr."]),
     ({"addresses": {"head": "192.168.100.1", "worker": "192.168.100.1/24"}},
      ["dspark_fabric_address is not an IPv4 address on worker=192.168.100.1/24. Fix: give every node of group g its own fabric IPv4 inside"
       " dspark_fabric_cidr."]),
