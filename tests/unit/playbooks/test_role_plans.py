@@ -3,10 +3,9 @@
 The group model (plugins/filter/group_model.py) and the fabric plan (plugins/filter/fabric_plan.py) replaced Jinja in
 the vars of fabric, nfs_export, checkpoint and serve. This test renders those vars with the venv's ansible-playbook on
 the controller (each role's defaults, vars and templates; fake node reads, see role_plans/tasks/fabric.yml) and
-compares every value with fixtures/ (recorded with the roles' vars of commit 078b77c, before the move):
-
-- pair: the lab pair with a second fabric interface, netplan and the bandwidth test;
-- fleet: the fleet lab (two pairs, a trio) with the trio's ranks reversed and one address outside its network.
+compares every value with fixtures/ (recorded with the roles' vars of commit 078b77c, before the move): the fleet lab
+(two pairs, a trio) with the bandwidth test on, pair_a with a second fabric interface on netplan, trio_c's ranks
+reversed and pair_b's worker outside its network (role_plans/overlay.yml). One ansible-playbook run, ~25 s.
 
 `python tests/unit/playbooks/test_role_plans.py record <dir>` records the fixtures from <dir>/<role>/{defaults,vars,templates}.
 """
@@ -26,9 +25,7 @@ FIXTURES = os.path.join(HERE, "fixtures")
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 ROLES = ("serve", "checkpoint", "nfs_export", "fabric")
 CASES = {
-    "pair": (["-i", "inventories/lab/hosts.yml", "-e", "fabric_secondary_interface=enp2", "-e", "fabric_secondary_cidr=192.168.101.0/24",
-              "-e", '{"char_netplan": true, "fabric_bandwidth_test": true}']),
-    "fleet": (["-i", "inventories/lab-fleet/hosts.yml", "-i", os.path.join(HERE, "overlay.yml"), "-e", '{"fabric_bandwidth_test": true}']),
+    "fleet": ["-i", "inventories/lab-fleet/hosts.yml", "-i", os.path.join(HERE, "overlay.yml"), "-e", '{"fabric_bandwidth_test": true}'],
 }
 
 
