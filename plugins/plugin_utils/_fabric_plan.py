@@ -15,8 +15,6 @@ import hashlib
 import ipaddress
 import re
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils._group_model import as_int
-
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 _DIGITS_RE = re.compile(r"^[0-9]+$")
 # The head receives each worker's test on the worker's port + this offset.
@@ -83,6 +81,14 @@ def _span(addresses):
     return str(ipaddress.IPv4Network((low, prefix), strict=False))
 
 
+def _prefix(cidr):
+    """The prefix length of a network (None when it is not one; the input checks say why)."""
+    try:
+        return ipaddress.IPv4Network(str(cidr), strict=False).prefixlen
+    except ValueError:
+        return None
+
+
 def mtu(inputs):
     return _int(inputs.get("mtu"), 9000)
 
@@ -94,6 +100,7 @@ def host_number(inputs):
 
 
 def secondary_address(inputs):
+    """fabric_secondary_address, else this node's host number in fabric_secondary_cidr ('' when there is none)."""
     if inputs.get("secondary_address"):
         return inputs["secondary_address"]
     try:
@@ -110,11 +117,11 @@ def links(inputs):
     """The fabric links of this node: the primary port and the optional second interface."""
     out = [{"link": "primary", "name": inputs.get("interface"), "variable": "dspark_fabric_interface",
             "address": inputs.get("address"), "cidr": inputs.get("cidr"),
-            "prefix": ipaddress.IPv4Network(str(inputs.get("cidr")), strict=False).prefixlen}]
+            "prefix": _prefix(inputs.get("cidr"))}]
     if inputs.get("secondary_interface"):
         out.append({"link": "secondary", "name": inputs["secondary_interface"], "variable": "fabric_secondary_interface",
                     "address": secondary_address(inputs), "cidr": inputs.get("secondary_cidr"),
-                    "prefix": ipaddress.IPv4Network(str(inputs.get("secondary_cidr")), strict=False).prefixlen})
+                    "prefix": _prefix(inputs.get("secondary_cidr"))})
     return out
 
 

@@ -149,6 +149,12 @@ def test_links(host, overrides, expected):
                                            "address": "%s/%s" % (link["address"], link["prefix"]), "require_up": True} for link in expected]
 
 
+def test_links_of_bad_inputs_do_not_raise():
+    """The links are only used after the input checks pass, but a bad value must not break the checks' own message."""
+    values = inputs(cidr="nonsense", secondary_interface="enp2", secondary_cidr="")
+    assert [(link["prefix"], link["address"]) for link in fp.links(values)] == [(None, "192.168.100.1"), (None, "")]
+
+
 def pre(**overrides):
     values = {"container": None, "tools": {"netplan": None}, "services": {"systemd-networkd": "active", "NetworkManager": "inactive"},
               "interfaces": {"enp1s0f1np1": {"ipv4": ["192.168.100.1/24"], "mtu": 9000, "up": True}},
