@@ -8,6 +8,9 @@ compares every value with fixtures/ (recorded with the roles' vars of commit 078
 reversed and pair_b's worker outside its network (role_plans/overlay.yml). One ansible-playbook run, ~25 s.
 
 `python tests/unit/playbooks/test_role_plans.py record <dir>` records the fixtures from <dir>/<role>/{defaults,vars,templates}.
+The fixtures were recorded from a <dir> holding, for fabric, serve, checkpoint and nfs_export, `vars/main.yml` of 078b77c
+(`git show 078b77c:roles/<role>/vars/main.yml`) beside links to this checkout's defaults/ and templates/ (unchanged since).
+Record again only for an intended change of a computed value, and say which in the commit.
 """
 
 import json
