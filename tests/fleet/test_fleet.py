@@ -44,7 +44,7 @@ def test_reprovision_keeps_a_faulty_group_inside_itself(tmp_path_factory):
         assert group["result"] == "converged", group
         proof = group["tp_ranks"]
         # Every rank, also those that do not print "assigned as" (pair_a: 2 per node, vLLM 0.33 format).
-        nodes = [host for host in GROUPS[name] for _ in range(GPUS[name])]
+        nodes = [host for host in GROUPS[name] for dummy in range(GPUS[name])]
         assert proof["ok"] and proof["world_size"] == len(nodes)
         assert [(r["rank"], r["node"]) for r in proof["registered_ranks"]] == list(enumerate(nodes))
         assert group["image_id"].startswith("sha256:") and group["model_revision"]

@@ -225,8 +225,8 @@ def test_resolve_git_url_clones_once_at_the_commit(git_recipe, tmp_path):
 
     def spy(argv, **kwargs):
         calls.append(argv)
-        kwargs.setdefault("check", False)
-        return subprocess.run(argv, **kwargs)
+        check = kwargs.pop("check", False)
+        return subprocess.run(argv, check=check, **kwargs)
 
     assert hr.resolve(url, first_commit.upper(), str(cache), runner=spy) == path
     assert all("clone" not in argv for argv in calls)
