@@ -3,15 +3,15 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The plan of a tp_ranks poll: a serving group's members, their global ranks and containers, the expected world.
 
-Built from inventory variables only; no Ansible imports, no I/O.
+Built from inventory variables only; no Ansible imports, no I/O. The members' order comes from the group
+model the roles share (``_group_model``).
 """
 
 from __future__ import annotations
 
-import re
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model
 
 DEFAULT_CONTAINER = 'dspark-vllm'
-_INT_RE = re.compile(r'^\s*[-+]?\d+\s*$')
 
 
 class PlanError(ValueError):
@@ -28,13 +28,7 @@ def as_int(value):
     An int (never a bool), or a string of digits with an optional sign and blanks around them. The one integer
     reading of every tp_ranks unit.
     """
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and _INT_RE.match(value):
-        return int(value)
-    return None
+    return _group_model.as_int(value)
 
 
 def plan_group(group, groups, member_vars, container=DEFAULT_CONTAINER, containers=None):
@@ -93,7 +87,8 @@ def plan_group(group, groups, member_vars, container=DEFAULT_CONTAINER, containe
         raise PlanError(problems)
 
     nnodes = len(hosts)
-    head = by_rank[0][0]
+    ordered = _group_model.members_by_rank(hosts, lambda host: (member_vars.get(host) or {}).get('dspark_rank'))
+    head = ordered[0]
     head_vars = member_vars.get(head) or {}
     world = as_int(head_vars.get('dspark_tensor_parallel_size'))
     if world is None:
@@ -106,7 +101,7 @@ def plan_group(group, groups, member_vars, container=DEFAULT_CONTAINER, containe
     members = []
     rank_nodes = {}
     for node_rank in range(nnodes):
-        node = by_rank[node_rank][0]
+        node = ordered[node_rank]
         ranks = list(range(node_rank * per_node, (node_rank + 1) * per_node))
         for rank in ranks:
             rank_nodes[rank] = node
@@ -120,7 +115,7 @@ def plan_group(group, groups, member_vars, container=DEFAULT_CONTAINER, containe
         'ranks_per_node': per_node,
         'expected_ranks': list(range(world)),
         'rank_nodes': rank_nodes,
-        'api_port': as_int(head_vars.get('dspark_api_port')),
+        'api_port': _group_model.group_model(group, groups, member_vars)['api_port'],
     }
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _group_model
+
 try:
     import netaddr
 
@@ -54,7 +56,8 @@ _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 # git check-ref-format, simplified: no spaces, control chars, '..', '~^:?*[\\', no leading '-' or '/'.
 _REF_RE = re.compile(r"^(?!-)(?!/)(?!.*\.\.)(?!.*//)[^\s~^:?*\[\\\x00-\x1f\x7f]+(?<!/)(?<!\.lock)(?<!\.)$")
-_IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+# The fabric role's own rule (a netdev name: no ':', which the kernel refuses, and at most 15 characters).
+_IFNAME_RE = _fabric_plan.IFNAME_RE
 # NCCL_IB_HCA: an optional ^ (exclude) and = (exact match), then device[:port] separated by commas.
 _HCA_RE = re.compile(r"^\^?=?[A-Za-z0-9_.-]+(?::[0-9]+)?(?:,[A-Za-z0-9_.-]+(?::[0-9]+)?)*$")
 
@@ -334,10 +337,10 @@ def validate(nodes, groups, play_hosts, settings=None):
         check_group_values(name, values, settings, findings)
         check_tensor_parallel(name, values, len(members), findings)
         check_fabric(name, members, values, findings)
-        ordered = sorted(members, key=lambda n: (_as_int(n.get("dspark_rank")) is None, _as_int(n.get("dspark_rank")) or 0))
+        ordered = _group_model.members_by_rank(groups[name], lambda host: nodes.get(host, {}).get("dspark_rank"))
         summary[name] = {
-            "head": ordered[0]["host"] if ordered else None,
-            "members": [n["host"] for n in ordered],
+            "head": ordered[0] if ordered else None,
+            "members": ordered,
             "world_size": len(members),
         }
     return findings, summary

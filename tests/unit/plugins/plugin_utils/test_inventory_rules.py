@@ -62,6 +62,8 @@ def test_valid_pair_has_no_findings():
     ({"worker__dspark_fabric_address": "192.168.100.255"}, "worker", "dspark_fabric_address", "broadcast"),
     ({"worker__dspark_fabric_address": None}, "worker", "dspark_fabric_address", "is not set"),
     ({"dspark_fabric_interface": "enp1s0f1np1-too-long"}, "head", "dspark_fabric_interface", "not a Linux interface name"),
+    # An address label, not a netdev: the fabric role refuses it too.
+    ({"dspark_fabric_interface": "eth1:0"}, "head", "dspark_fabric_interface", "not a Linux interface name"),
     ({"dspark_tensor_parallel_size": 4}, "group pair_a", "dspark_tensor_parallel_size", "2 x 1 = 2"),
     ({"dspark_gpus_per_node": 0}, "group pair_a", "dspark_gpus_per_node", "=0"),
     ({"dspark_fabric_mtu": 65000}, "group pair_a", "dspark_fabric_mtu", "outside 1500-9216"),

@@ -1,0 +1,335 @@
+"""Table-driven tests of the fabric role's plan (was Jinja in roles/fabric/vars/main.yml).
+
+The expected messages and values are those the role's Jinja produced for the same inputs (recorded with the old
+vars file on the lab, fleet lab, VM lab and example inventories before the move).
+"""
+
+import hashlib
+
+import pytest
+
+from ansible_collections.dspark.cluster.plugins.filter.fabric_plan import fabric_plan
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan as fp
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model as gm
+
+
+def model(host, addresses, group="g", ranks=None):
+    """The group model of ``group`` whose members (in rank order unless ranks say otherwise) have these addresses."""
+    hosts = list(addresses)
+    ranks = ranks or {h: i for i, h in enumerate(hosts)}
+    hostvars = {h: {"dspark_rank": ranks[h], "dspark_fabric_address": addresses[h]} for h in hosts}
+    return gm.group_model(group, {"all": hosts, group: hosts}, hostvars, host)
+
+
+def inputs(host="head", addresses=None, **overrides):
+    addresses = addresses or {"head": "192.168.100.1", "worker": "192.168.100.2"}
+    values = {
+        "host": host, "group": "g", "interface": "enp1s0f1np1", "hca": "rocep1s0f1", "address": addresses.get(host, ""),
+        "cidr": "192.168.100.0/24", "mtu": 9000, "secondary_interface": "", "secondary_cidr": "", "secondary_address": "",
+        "network_backend": "auto", "netplan_renderer": "NetworkManager", "ring_rx": 8192, "ring_tx": 8192,
+        "sysctls": {"net.core.rmem_max": 268435456, "net.ipv4.tcp_rmem": "4096 131072 268435456"},
+        "bandwidth_port": 18515, "bandwidth_duration": 5, "bandwidth_min_gbits": 80, "bandwidth_on_low": "warn",
+    }
+    values.update(overrides)
+    values["model"] = overrides.get("model") or model(host, addresses, group=values["group"] or "g")
+    return values
+
+
+IFACE = ("dspark_fabric_interface=%s is not a Linux interface name. Fix: set the ConnectX netdev that carries the fabric address,"
+         " e.g. enp1s0f1np1.")
+HCA = ("dspark_fabric_hca is not set. Fix: set the RDMA device(s) of the fabric port in NCCL_IB_HCA syntax, e.g. rocep1s0f1"
+       " (ibdev2netdev prints the pairs).")
+MTU = "dspark_fabric_mtu=%s is not an MTU between 1500 and 9216. Fix: 9000 on a direct ConnectX link."
+CIDR = ("dspark_fabric_cidr=%s is not an IPv4 network in CIDR form without host bits. Fix: write it as network/prefix,"
+        " e.g. 192.168.100.0/30.")
+
+
+@pytest.mark.parametrize("overrides, problems", [
+    ({}, []),
+    ({"mtu": "9000"}, []),
+    ({"cidr": "192.168.100.0/31", "addresses": {"head": "192.168.100.0", "worker": "192.168.100.1"}}, []),
+    # Recorded on the lab pair with -e dspark_fabric_mtu=100 -e dspark_fabric_cidr=192.168.100.1/24 ...
+    ({"interface": "bad/if", "hca": "", "mtu": 100, "cidr": "192.168.100.1/24"},
+     [IFACE % "bad/if", HCA, MTU % 100, CIDR % "192.168.100.1/24"]),
+    ({"interface": "a-name-longer-than-15"}, [IFACE % "a-name-longer-than-15"]),
+    ({"mtu": 1499}, [MTU % 1499]),
+    ({"mtu": 9217}, [MTU % 9217]),
+    ({"mtu": "9000.0"}, [MTU % "9000.0"]),
+    ({"cidr": "192.168.100.0"}, [CIDR % "192.168.100.0"]),
+    ({"cidr": "192.168.100.0/32", "addresses": {"head": "192.168.100.0", "worker": "192.168.100.0"}},
+     [CIDR % "192.168.100.0/32", "dspark_fabric_address repeats within group g (head=192.168.100.0, worker=192.168.100.0). Fix: give every"
+      " node its own address."]),
+    ({"cidr": "fe80::/64"}, [CIDR % "fe80::/64"]),
+    # Recorded on the fleet lab (pair_b, worker outside the network; trio_c, one address not IPv4).
+    ({"group": "pair_b", "cidr": "192.168.102.0/24", "addresses": {"spark-b0": "192.168.102.1", "spark-b1": "192.168.111.1"},
+      "host": "spark-b0"},
+     ["dspark_fabric_cidr=192.168.102.0/24 does not hold (as usable host addresses) the fabric addresses spark-b1=192.168.111.1 of group pair_b"
+      " (all: spark-b0=192.168.102.1, spark-b1=192.168.111.1). Fix: set dspark_fabric_cidr to a network that holds every address of the"
+      " group, e.g. 192.168.96.0/20, or correct dspark_fabric_address."]),
+    ({"group": "trio_c", "addresses": {"c0": "192.168.100.1", "c1": "192.168.100.2", "c2": "300.1.1.1"}, "host": "c0"},
+     ["dspark_fabric_address is not an IPv4 address on c2=300.1.1.1. Fix: give every node of group trio_c its own fabric IPv4 inside"
+      " dspark_fabric_cidr."]),
+    # Stricter than the Jinja was (ansible.utils read a decimal integer as an address); preflight refuses it too.
+    ({"addresses": {"head": "192.168.100.1", "worker": "3232261122"}},
+     ["dspark_fabric_address is not an IPv4 address on worker=3232261122. Fix: give every node of group g its own fabric IPv4 inside"
+      " dspark_fabric_cidr."]),
+    ({"addresses": {"head": "192.168.100.1", "worker": "192.168.100.1/24"}},
+     ["dspark_fabric_address is not an IPv4 address on worker=192.168.100.1/24. Fix: give every node of group g its own fabric IPv4 inside"
+      " dspark_fabric_cidr."]),
+    ({"addresses": {"head": "192.168.100.0", "worker": "192.168.100.255"}},
+     ["dspark_fabric_cidr=192.168.100.0/24 does not hold (as usable host addresses) the fabric addresses head=192.168.100.0,"
+      " worker=192.168.100.255 of group g (all: head=192.168.100.0, worker=192.168.100.255). Fix: set dspark_fabric_cidr to a network that"
+      " holds every address of the group, e.g. 192.168.100.0/24, or correct dspark_fabric_address."]),
+    ({"secondary_interface": "enp1s0f1np1", "secondary_cidr": "192.168.101.0/24"},
+     ["fabric_secondary_interface=enp1s0f1np1 is not a Linux interface name other than dspark_fabric_interface. Fix: set the second"
+      " interface of the port, e.g. enP2p1s0f1np1, or leave it empty."]),
+    ({"secondary_interface": "enp2", "secondary_cidr": "192.168.101.1/24"},
+     ["fabric_secondary_cidr=192.168.101.1/24 is not an IPv4 network in CIDR form without host bits. Fix: give the second interface its own"
+      " network, e.g. 192.168.101.0/30."]),
+    ({"secondary_interface": "enp2", "secondary_cidr": "192.168.100.128/25"},
+     ["fabric_secondary_cidr=192.168.100.128/25 overlaps dspark_fabric_cidr=192.168.100.0/24. Fix: each interface of the port needs its own"
+      " subnet."]),
+    ({"secondary_interface": "enp2", "secondary_cidr": "192.168.0.0/16"},
+     ["fabric_secondary_cidr=192.168.0.0/16 overlaps dspark_fabric_cidr=192.168.100.0/24. Fix: each interface of the port needs its own"
+      " subnet."]),
+    ({"secondary_interface": "enp2", "secondary_cidr": "10.0.0.0/30", "host": "worker",
+      "addresses": {"head": "192.168.100.1", "worker": "192.168.100.3"}},
+     ["fabric_secondary_cidr=10.0.0.0/30 is too small for host number 3 of dspark_fabric_address=192.168.100.3. Fix: use a network as large"
+      " as dspark_fabric_cidr or set fabric_secondary_address."]),
+    ({"secondary_interface": "enp2", "secondary_cidr": "10.0.0.0/30", "host": "worker"}, []),
+    ({"secondary_interface": "enp2", "secondary_cidr": "10.0.0.0/31", "host": "worker"},
+     ["fabric_secondary_cidr=10.0.0.0/31 is too small for host number 2 of dspark_fabric_address=192.168.100.2. Fix: use a network as large"
+      " as dspark_fabric_cidr or set fabric_secondary_address."]),
+    ({"secondary_interface": "enp2", "secondary_cidr": "10.0.0.0/30", "secondary_address": "10.0.0.3"},
+     ["fabric_secondary_address=10.0.0.3 is not a usable address of fabric_secondary_cidr=10.0.0.0/30. Fix: choose an address inside it."]),
+    ({"secondary_interface": "enp2", "secondary_cidr": "10.0.0.0/30", "secondary_address": "10.0.0.2", "host": "worker"}, []),
+])
+def test_input_problems(overrides, problems):
+    host = overrides.pop("host", None)
+    addresses = overrides.pop("addresses", None)
+    if host is None:
+        host = next(iter(addresses)) if addresses else "head"
+    assert fp.input_problems(inputs(host, addresses, **overrides)) == problems
+
+
+@pytest.mark.parametrize("group, host, known", [("nope", "head", False), (None, "head", False), ("g", "stranger", True)])
+def test_input_problems_group(group, host, known):
+    values = inputs(host)
+    values["group"] = group
+    values["model"] = gm.group_model(group, {"g": ["head", "worker"]}, {"head": {"dspark_rank": 0}, "worker": {"dspark_rank": 1}}, host)
+    assert values["model"]["known"] is known
+    assert fp.input_problems(values)[0] == (
+        "dspark_group=%s is not an inventory group that holds this host. Fix: set dspark_group to the name of the serving group of this host."
+        % ("(unset)" if group is None else group))
+
+
+@pytest.mark.parametrize("host, overrides, expected", [
+    ("head", {}, [{"link": "primary", "name": "enp1s0f1np1", "variable": "dspark_fabric_interface", "address": "192.168.100.1",
+                   "cidr": "192.168.100.0/24", "prefix": 24}]),
+    # The second interface takes this node's host number in its own network.
+    ("worker", {"secondary_interface": "enp2", "secondary_cidr": "192.168.101.0/24"},
+     [{"link": "primary", "name": "enp1s0f1np1", "variable": "dspark_fabric_interface", "address": "192.168.100.2",
+       "cidr": "192.168.100.0/24", "prefix": 24},
+      {"link": "secondary", "name": "enp2", "variable": "fabric_secondary_interface", "address": "192.168.101.2",
+       "cidr": "192.168.101.0/24", "prefix": 24}]),
+    ("worker", {"secondary_interface": "enp2", "secondary_cidr": "10.9.0.0/30", "secondary_address": "10.9.0.1"},
+     [{"link": "primary", "name": "enp1s0f1np1", "variable": "dspark_fabric_interface", "address": "192.168.100.2",
+       "cidr": "192.168.100.0/24", "prefix": 24},
+      {"link": "secondary", "name": "enp2", "variable": "fabric_secondary_interface", "address": "10.9.0.1",
+       "cidr": "10.9.0.0/30", "prefix": 30}]),
+])
+def test_links(host, overrides, expected):
+    values = inputs(host, **overrides)
+    assert fp.links(values) == expected
+    assert fp.pre_args(values) == {
+        "interfaces": [{"name": link["name"], "variable": link["variable"], "require_up": False} for link in expected],
+        "networks": [{"cidr": link["cidr"], "variable": link["variable"].replace("_interface", "_cidr")} for link in expected]}
+    values["fabric_links"] = expected
+    assert fp.post_interfaces(values) == [{"name": link["name"], "variable": link["variable"], "mtu": 9000,
+                                           "address": "%s/%s" % (link["address"], link["prefix"]), "require_up": True} for link in expected]
+
+
+def test_links_of_bad_inputs_do_not_raise():
+    """The links are only used after the input checks pass, but a bad value must not break the checks' own message."""
+    values = inputs(cidr="nonsense", secondary_interface="enp2", secondary_cidr="")
+    assert [(link["prefix"], link["address"]) for link in fp.links(values)] == [(None, "192.168.100.1"), (None, "")]
+
+
+def pre(**overrides):
+    values = {"container": None, "tools": {"netplan": None}, "services": {"systemd-networkd": "active", "NetworkManager": "inactive"},
+              "interfaces": {"enp1s0f1np1": {"ipv4": ["192.168.100.1/24"], "mtu": 9000, "up": True}},
+              "rings": {"enp1s0f1np1": {"supported": True, "rx": 1024, "tx": 8192, "rx_max": 4096, "tx_max": 8192}},
+              "paths": {}, "sysctls": {"net.core.rmem_max": "268435456", "net.ipv4.tcp_rmem": "4096 131072 268435456"}}
+    values.update(overrides)
+    return values
+
+
+@pytest.mark.parametrize("overrides, node, backend, problems, differs", [
+    ({}, {}, "networkd", [], False),
+    ({}, {"interfaces": {"enp1s0f1np1": {"ipv4": ["192.168.100.1/24"], "mtu": 1500, "up": True}}}, "networkd", [], True),
+    ({}, {"interfaces": {"enp1s0f1np1": {"ipv4": [], "mtu": 9000, "up": True}}}, "networkd", [], True),
+    ({}, {"interfaces": {"enp1s0f1np1": {"ipv4": ["192.168.100.1/24"], "mtu": 9000, "up": False}}}, "networkd", [], True),
+    ({}, {"tools": {"netplan": "/usr/sbin/netplan"}}, "netplan",
+     ["fabric_network_backend=netplan with fabric_netplan_renderer=NetworkManager needs NetworkManager, which is inactive on this node. Fix:"
+      " choose the backend that manages this node's network (netplan with NetworkManager on DGX OS, networkd on Debian)."], False),
+    ({"network_backend": "netplan", "netplan_renderer": "networkd"}, {}, "netplan",
+     ["fabric_network_backend=netplan but netplan is not installed on this node. Fix: install netplan.io or set fabric_network_backend:"
+      " networkd."], False),
+    ({}, {"services": {}}, "networkd",
+     ["fabric_network_backend=networkd needs systemd-networkd, which is unknown on this node. Fix: choose the backend that manages this"
+      " node's network (netplan with NetworkManager on DGX OS, networkd on Debian)."], False),
+    ({}, {"container": "docker", "services": {}}, "networkd", [], False),
+    ({}, {"container": "docker", "interfaces": {}}, "networkd",
+     ["this node is a container (docker), whose interfaces belong to the container engine, and enp1s0f1np1 lack(s) the fabric address or MTU"
+      " 9000. Fix: attach the container to its fabric network with dspark_fabric_address and MTU 9000, or run the role on the host."], True),
+])
+def test_node_state(overrides, node, backend, problems, differs):
+    values = inputs(pre=pre(**node), **overrides)
+    assert fp.backend(values) == backend
+    assert fp.backend_problems(values) == problems
+    assert fp.live_differs(values) is differs
+    assert fp.container(values) is (node.get("container") is not None)
+
+
+@pytest.mark.parametrize("rx, tx, rings", [
+    (8192, 8192, [{"name": "enp1s0f1np1", "rx": 4096, "tx": 8192, "rx_max": 4096, "tx_max": 8192, "change": True}]),
+    (0, 8192, [{"name": "enp1s0f1np1", "rx": 1024, "tx": 8192, "rx_max": 4096, "tx_max": 8192, "change": False}]),
+    (0, 0, []),
+])
+def test_rings(rx, tx, rings):
+    assert fp.rings(inputs(pre=pre(), ring_rx=rx, ring_tx=tx)) == rings
+    unsupported = pre(rings={"enp1s0f1np1": {"supported": False}})
+    assert fp.rings(inputs(pre=unsupported, ring_rx=rx, ring_tx=tx)) == []
+
+
+def test_files_and_sysctls():
+    same = {"dest": "/etc/a", "mode": "0644", "content": "x = 1\n"}
+    other_mode = {"dest": "/etc/b", "mode": "0600", "content": "y\n"}
+    new = {"dest": "/etc/c", "mode": "0644", "content": "z\n"}
+    paths = {"/etc/a": {"checksum": hashlib.sha1(b"x = 1\n").hexdigest(), "mode": "0644"},
+             "/etc/b": {"checksum": hashlib.sha1(b"y\n").hexdigest(), "mode": "0644"}}
+    assert fp.files_to_write(inputs(pre=pre(paths=paths)), [same, other_mode, new]) == [other_mode, new]
+    assert fp.sysctls_differ(inputs(pre=pre())) is False
+    assert fp.sysctls_differ(inputs(pre=pre(sysctls={"net.core.rmem_max": "212992"}))) is True
+    assert fp.sysctls_differ(inputs(pre=pre(sysctls={}))) is True
+    # fabric_check collapses the kernel's tabs; the wanted value is collapsed here.
+    assert fp.sysctls_differ(inputs(pre=pre(), sysctls={"net.ipv4.tcp_rmem": "4096  131072\t268435456"})) is False
+
+
+def test_rank_env():
+    env = {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "GLOO_SOCKET_IFNAME": "enp1s0f1np1", "TP_SOCKET_IFNAME": "enp1s0f1np1",
+           "NCCL_IB_HCA": "rocep1s0f1", "VLLM_HOST_IP": "192.168.100.1"}
+    assert fp.rank_env(inputs()) == env
+    assert fp.rank_env(inputs(gid={"gid_index": 3})) == dict(env, NCCL_IB_GID_INDEX="3")
+
+
+TRIO = {"c2": "192.168.103.3", "c1": "192.168.103.2", "c0": "192.168.103.1"}
+TRIO_RANKS = {"c2": 0, "c1": 1, "c0": 2}
+
+
+def trio(host, **overrides):
+    """The fleet lab's trio with ranks reversed (c2 is the head), two links per node."""
+    links = [{"link": "primary", "name": "p", "address": TRIO[host], "prefix": 24},
+             {"link": "secondary", "name": "s", "address": TRIO[host].replace("103", "104"), "prefix": 24}]
+    gid = {"gid_index": 3, "members": [{"netdev": "p", "device": "roce0", "port": 1}, {"netdev": "s", "device": "roce1", "port": 1}]}
+    return inputs(host, TRIO, model=model(host, TRIO, ranks=TRIO_RANKS), cidr="192.168.103.0/24", fabric_links=links, gid=gid, **overrides)
+
+
+def plans():
+    return {h: fp.bw_links(trio(h)) for h in TRIO}
+
+
+def test_ping_peers():
+    values = trio("c1")
+    peer_links = {h: trio(h)["fabric_links"] for h in TRIO}
+    assert fp.ping_peers(values, peer_links) == [
+        {"name": "c2", "address": "192.168.103.3", "interface": "p", "mtu": 9000},
+        {"name": "c2", "address": "192.168.104.3", "interface": "s", "mtu": 9000},
+        {"name": "c0", "address": "192.168.103.1", "interface": "p", "mtu": 9000},
+        {"name": "c0", "address": "192.168.104.1", "interface": "s", "mtu": 9000}]
+
+
+def test_bandwidth_head():
+    plan = fp.bandwidth(trio("c2"), plans())
+    assert [(s["peer"], s["link"], s["server"], s["tcp_port"]) for s in plan["head_sends"]] == [
+        ("c1", "primary", "192.168.103.2", 18515), ("c1", "secondary", "192.168.104.2", 18516),
+        ("c0", "primary", "192.168.103.1", 18517), ("c0", "secondary", "192.168.104.1", 18518)]
+    assert [(r["peer"], r["link"], r["device"], r["tcp_port"]) for r in plan["head_receives"]] == [
+        ("c1", "primary", "roce0", 18615), ("c1", "secondary", "roce1", 18616),
+        ("c0", "primary", "roce0", 18617), ("c0", "secondary", "roce1", 18618)]
+    assert plan["worker_sends"] == [] and plan["worker_receives"] == []
+    assert fp.server_timeout(trio("c2")) == 60 + 3 * 2 * 35
+
+
+@pytest.mark.parametrize("host, receives, sends", [
+    ("c1", [18515, 18516], [("c2", "192.168.103.3", 18615), ("c2", "192.168.104.3", 18616)]),
+    ("c0", [18517, 18518], [("c2", "192.168.103.3", 18617), ("c2", "192.168.104.3", 18618)]),
+])
+def test_bandwidth_worker(host, receives, sends):
+    plan = fp.bandwidth(trio(host), plans())
+    assert [r["tcp_port"] for r in plan["worker_receives"]] == receives
+    assert [(r["device"], r["ib_port"]) for r in plan["worker_receives"]] == [("roce0", 1), ("roce1", 1)]
+    assert [(s["peer"], s["server"], s["tcp_port"]) for s in plan["worker_sends"]] == sends
+    assert plan["head_sends"] == [] and plan["head_receives"] == []
+
+
+def test_bandwidth_peer_without_plan():
+    """A worker that published no plan (its GID resolution was skipped) gets no test."""
+    assert fp.bandwidth(trio("c2"), {"c1": [], "c0": fp.bw_links(trio("c0"))})["head_sends"][0]["peer"] == "c0"
+
+
+def results(on_low="warn"):
+    sends = fp.bandwidth(trio("c2"), plans())["head_sends"]
+    measured = [{"gbits_average": 95.5, "meets_threshold": True}, {"gbits_average": 12.0, "meets_threshold": False},
+                {"msg": "boom", "failed": True}, {}]
+    sent = {"results": [dict(r, item=item) for item, r in zip(sends, measured)]}
+    post = {"problems": ["link down"], "links": [{"interface": "p"}, {"interface": "s"}], "rdma": [{"device": "roce0", "used": True}],
+            "pings": [{"peer": "c1", "output": "...", "rc": 0, "ok": True}]}
+    return trio("c2", bw_sent=sent, bw_received={"results": [{"skipped": True, "item": {}}]}, post=post, bandwidth_on_low=on_low,
+                gid_index=3, nccl_env={"A": "1"})
+
+
+def test_check_results():
+    values = results()
+    assert [(b["to"], b["link"], b["gbits_average"], b["meets_threshold"], b["error"]) for b in fp.bw_results(values)] == [
+        ("c1", "primary", 95.5, True, None), ("c1", "secondary", 12.0, False, None),
+        ("c0", "primary", None, False, "boom"), ("c0", "secondary", None, False, "no result")]
+    low = ("RDMA write bandwidth c2 -> c1 over roce1 is 12.0 Gb/s, below fabric_bandwidth_min_gbits=80.0. Fix: check the cable and both ends'"
+           " MTU, the PCIe width of each controller (current_link_width x4) and that both halves of the port are in dspark_fabric_hca; about"
+           " 13 Gb/s means a degraded ConnectX-7 init (power-cycle the node).")
+    assert fp.bw_low(values) == [low]
+    failed = ["ib_write_bw c2 -> c0 over roce0 failed: boom", "ib_write_bw c2 -> c0 over roce1 failed: no result"]
+    assert fp.check_problems(values) == ["link down"] + failed
+    assert fp.check_problems(results("fail")) == ["link down"] + failed + [low]
+    result = fp.check_result(values)
+    assert {k: result[k] for k in ("host", "group", "rank", "ok", "warnings", "gid_index", "pings", "nccl_env")} == {
+        "host": "c2", "group": "g", "rank": 0, "ok": False, "warnings": [low], "gid_index": 3, "pings": [{"peer": "c1", "ok": True}],
+        "nccl_env": {"A": "1"}}
+    assert fp.check_result(results("fail"))["warnings"] == []
+
+
+def test_summary_and_report():
+    values = results()
+    values["check_result"] = fp.check_result(values)
+    assert fp.summary(values) == (
+        "fabric OK: p, s up at MTU 9000 with 192.168.103.3, 192.168.104.3; DF ping of 8972 bytes to c1, c0; roce0 ACTIVE; NCCL_IB_GID_INDEX=3"
+        "; ib_write_bw -> c1 95.5 Gb/s; ib_write_bw -> c1 12.0 Gb/s; ib_write_bw -> c0  Gb/s; ib_write_bw -> c0  Gb/s. WARNING: "
+        + values["check_result"]["warnings"][0])
+    values["check_result"] = dict(values["check_result"], rdma=[], bandwidth=[], warnings=[])
+    values["gid_index"] = None
+    assert fp.summary(values).endswith("to c1, c0; RDMA not checked; NCCL_IB_GID_INDEX=")
+    ok = {"ok": True}
+    assert fp.report(values, {"c2": ok, "c1": ok, "c0": ok}) == {"group": "g", "ok": True, "nodes": {"c2": ok, "c1": ok, "c0": ok}}
+    assert fp.report(values, {"c2": ok, "c1": {"ok": False}})["ok"] is False
+
+
+def test_filter_shell():
+    hostvars = {h: {"fabric_links": trio(h)["fabric_links"], "_fabric_bw_plan": fp.bw_links(trio(h))} for h in TRIO}
+    values = trio("c2")
+    assert fabric_plan(values, "links") == fp.links(values)
+    assert fabric_plan(values, "ping_peers", hostvars) == fp.ping_peers(values, {h: hostvars[h]["fabric_links"] for h in TRIO})
+    assert fabric_plan(values, "bandwidth", hostvars) == fp.bandwidth(values, plans())
+    assert fabric_plan(values, "files_to_write", files=[{"dest": "/x", "mode": "0644", "content": ""}]) == [
+        {"dest": "/x", "mode": "0644", "content": ""}]
+    with pytest.raises(Exception, match="unknown part"):
+        fabric_plan(values, "nope")
