@@ -83,14 +83,26 @@ def test_keys_reach_rank_0_only_and_never_argv(benign):
         assert doc["services"]["vllm"]["entrypoint"] == ["/bin/sh", "-c", 'exec "$$@"', "dspark-serve"]
 
 
-def test_hostile_scalars_stay_values(benign, tmp_path):
+PROXY_URL = "http://user:p%41ss$HOME\\x@proxy.invalid:3128"
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """One run with hostile serve scalars and a proxy password holding %, $ and a backslash (both must render)."""
     extra = {"serve_api_key": KEYS[0], "serve_container_name": HOSTILE, "serve_shm_size": HOSTILE,
              "serve_stop_grace_period": "10s\nprivileged: true", "serve_project": "p$HOME\"'",
              "serve_extra_env": {"EVIL": HOSTILE, "DOLLAR": "$HOME ${PATH}"},
              "serve_extra_args": ["--x", "a\"b\n  c: d", "*", "$(id)"],
-             "serve_served_model_name": "m\nprivileged: true"}
-    run, out = render(tmp_path, extra)
+             "serve_served_model_name": "m\nprivileged: true",
+             "docker_runtime_proxy": {"http_proxy": PROXY_URL, "https_proxy": PROXY_URL, "no_proxy": "localhost,10.0.0.0/8"}}
+    run, out = render(tmp_path_factory.mktemp("hostile"), extra)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "p%41ss" not in run.stdout + run.stderr
+    return out
+
+
+def test_hostile_scalars_stay_values(benign, hostile):
+    out = hostile
     good, bad = compose(benign, "tpl-head"), compose(out, "tpl-head")
     assert bad.keys() == good.keys() and bad["services"].keys() == good["services"].keys()
     service = bad["services"]["vllm"]
@@ -123,3 +135,42 @@ def test_bad_keys_paths_and_argv_keys_are_refused(tmp_path):
     assert "serve_extra_env sets VLLM_API_KEY" in output
     assert 'dspark_hf_cache="/var/lib/hf\\n    privileged: true" is not an absolute path' in output
     assert 'serve_jit_cache_dir="/var/lib/jit:/etc" is not an absolute path' in output
+
+
+# --------------------------------------------------------------------------- exports and the proxy
+
+def exports_lines(out):
+    text = (out / "tpl-worker-dspark.exports").read_text()
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_exports_line_and_proxy_files(benign):
+    assert exports_lines(benign) == ["/var/lib/dspark/hf 10.77.77.1(ro,sync,no_subtree_check,root_squash)"]
+    assert not (benign / "tpl-head-dspark.exports").exists()
+    drop_in = (benign / "http-proxy.conf").read_text()
+    directives = [line for line in drop_in.splitlines() if line and not line.startswith("#")]
+    assert directives == ["[Service]", "EnvironmentFile=/etc/docker/http-proxy.env"]
+    assert env_file((benign / "http-proxy.env").read_text()) == {}
+
+
+def test_proxy_password_with_percent_dollar_backslash_is_literal(hostile):
+    url = PROXY_URL
+    assert env_file((hostile / "http-proxy.env").read_text()) == {"HTTP_PROXY": url, "HTTPS_PROXY": url, "NO_PROXY": "localhost,10.0.0.0/8"}
+    drop_in = (hostile / "http-proxy.conf").read_text()
+    assert "p%41ss" not in drop_in and "[Service]\nEnvironmentFile=/etc/docker/http-proxy.env\n" in drop_in
+
+
+def test_unsafe_exports_and_proxy_values_are_refused(tmp_path):
+    extra = {"dspark_hf_cache": "/var/lib/hf(rw)", "nfs_export_clients": ["10.77.77.1\n"],
+             "nfs_export_options": ["ro", "root_squash", "sec=sys,rw"],
+             "docker_runtime_proxy": {"http_proxy": "http://u:it's-secret@p:1", "https_proxy": "http://p:1\nX=1",
+                                      "no_proxy": ""}}
+    run, out = render(tmp_path, extra)
+    output = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert not list(out.glob("*.exports")) and not list(out.glob("http-proxy*"))
+    assert 'dspark_hf_cache="/var/lib/hf(rw)" cannot be' in output and "exported safely" in output
+    assert 'nfs_export_clients contains ["10.77.77.1\\n"]' in output
+    assert 'nfs_export_options contains ["sec=sys,rw"]' in output
+    assert "docker_runtime_proxy.http_proxy, docker_runtime_proxy.https_proxy" in output
+    assert "it's-secret" not in output
