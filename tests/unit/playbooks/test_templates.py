@@ -124,7 +124,7 @@ def test_hostile_scalars_stay_values(benign, hostile):
 
 def test_bad_keys_paths_and_argv_keys_are_refused(tmp_path):
     extra = {"serve_api_keys": ["ok-key-1234", "bad key'$"], "dspark_hf_cache": "/var/lib/hf\n    privileged: true",
-             "serve_jit_cache_dir": "/var/lib/jit:/etc", "serve_extra_args": ["--api-key=abc", "--config", "x.yaml"],
+             "serve_jit_cache_dir": "/var/lib/jit:/etc", "serve_extra_args": ["--api_key=abc", "--config", "x.yaml"],
              "serve_extra_env": {"VLLM_API_KEY": "in-compose"}}
     run, out = render(tmp_path, extra)
     output = run.stdout + run.stderr
