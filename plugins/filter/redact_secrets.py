@@ -11,10 +11,11 @@ name: redact_secrets
 short_description: Replace API keys, tokens and URL passwords in log text by [REDACTED]
 version_added: 0.1.0
 description:
-  - Replaces every given secret, wherever it occurs, and every value shaped like a secret whatever its value - vLLM's
+  - >-
+    Replaces every given secret, wherever it occurs, and every value shaped like a secret whatever its value (vLLM's
     C(non-default args) entry C('api_key': [...]), an C(--api-key) argument, C(VLLM_API_KEY=...), C(HF_TOKEN=...) and
-    the other key/token variables, C(Authorization: Bearer ...), Hugging Face tokens (C(hf_...)) and the password of
-    a C(scheme://user:password@) URL - by C([REDACTED]).
+    the other key/token variables, C(Authorization: Bearer ...), Hugging Face tokens C(hf_...) and the password of
+    a C(scheme://user:password@) URL) by C([REDACTED]).
   - The same redaction as the one M(dspark.cluster.tp_ranks) applies to the log lines it keeps.
 author:
   - dspark.cluster contributors (@dspark)
