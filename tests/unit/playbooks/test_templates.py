@@ -56,9 +56,13 @@ def env_file(text):
     return out
 
 
+HEAD_LOG = ("(APIServer pid=1) INFO 11-30 19:00:00 [api_utils.py:273] non-default args: {'model_tag': 'm', "
+            "'api_key': ['%s', '%s'], 'port': 8888}\nclient sent %s\nHF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz" % (KEYS[0], KEYS[1], KEYS[1]))
+
+
 @pytest.fixture(scope="module")
 def benign(tmp_path_factory):
-    run, out = render(tmp_path_factory.mktemp("benign"), {"serve_api_keys": KEYS})
+    run, out = render(tmp_path_factory.mktemp("benign"), {"serve_api_keys": KEYS, "fake_head_log": HEAD_LOG})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return out
 
@@ -135,6 +139,14 @@ def test_bad_keys_paths_and_argv_keys_are_refused(tmp_path):
     assert "serve_extra_env sets VLLM_API_KEY" in output
     assert 'dspark_hf_cache="/var/lib/hf\\n    privileged: true" is not an absolute path' in output
     assert 'serve_jit_cache_dir="/var/lib/jit:/etc" is not an absolute path' in output
+
+
+def test_saved_rank_logs_are_redacted(benign):
+    head = (benign / "logs" / "tpl_pair" / "rank0-tpl-head.log").read_text()
+    assert head.splitlines() == [
+        "(APIServer pid=1) INFO 11-30 19:00:00 [api_utils.py:273] non-default args: {'model_tag': 'm', "
+        "'api_key': ['[REDACTED]'], 'port': 8888}", "client sent [REDACTED]", "HF_TOKEN=[REDACTED]", "stderr line"]
+    assert (benign / "logs" / "tpl_pair" / "rank1-tpl-worker.log").read_text().strip() == "worker line"
 
 
 # --------------------------------------------------------------------------- exports and the proxy
