@@ -590,7 +590,8 @@ class Simulator:
         self.bind_api()
         version_line = 'vLLM server version {0}, serving model {1}'.format(VLLM_VERSION, self.model)
         LOG.emit('INFO', 'api_utils.py:312', version_line, self.api_proc, self.pid)
-        LOG.emit('INFO', 'utils.py:253', 'non-default args: {0}'.format(self.non_default_args()),
+        # vllm/entrypoints/serve/utils/api_utils.py:273 (0.25.1): logger.info("non-default args: %s", non_default_args)
+        LOG.emit('INFO', 'api_utils.py:273', 'non-default args: {0}'.format(self.non_default_args()),
                  self.api_proc, self.pid)
         LOG.emit('INFO', 'arg_utils.py:1788', 'Inferred data_parallel_rank 0 from node_rank {0}'.format(
             self.node_rank), self.api_proc, self.pid)
@@ -627,11 +628,13 @@ class Simulator:
         die(1)
 
     def non_default_args(self):
+        """The dict vLLM logs as `non-default args: {...}`: every argument that differs from its default, API keys
+        given with --api-key (or through --config) included, as real vLLM does; VLLM_API_KEY is not an argument."""
         args = {'model_tag': self.model, 'port': self.args.port, 'tensor_parallel_size': self.tp,
                 'nnodes': self.nnodes, 'node_rank': self.node_rank, 'master_addr': self.args.master_addr,
                 'master_port': self.args.master_port, 'served_model_name': self.served,
                 'max_model_len': self.max_model_len}
-        for key in ('host', 'revision', 'distributed_executor_backend', 'gpu_memory_utilization'):
+        for key in ('host', 'revision', 'distributed_executor_backend', 'gpu_memory_utilization', 'api_key'):
             if getattr(self.args, key) is not None:
                 args[key] = getattr(self.args, key)
         return args
@@ -1249,6 +1252,52 @@ def build_parser():
     return parser
 
 
+def load_config_file(path):
+    """vLLM's `--config FILE.yaml` (FlexibleArgumentParser.load_config_file): {key: value} -> ['--key', 'value', ...].
+
+    True is a bare flag, a list gives its items after the flag, a dict is JSON. PyYAML when the image has it, else
+    JSON (a JSON file is also YAML: the serve role writes its key file that way).
+    """
+    if path.split('.')[-1] not in ('yaml', 'yml'):
+        raise ValueError('Config file must be of a yaml/yml type. {0} supplied'.format(path.split('.')[-1]))
+    with open(path) as handle:
+        text = handle.read()
+    try:
+        import yaml
+        config = yaml.safe_load(text)
+    except ImportError:
+        config = json.loads(text)
+    out = []
+    for key, value in (config or {}).items():
+        if isinstance(value, bool):
+            if value:
+                out.append('--' + key)
+        elif isinstance(value, list):
+            if value:
+                out.append('--' + key)
+                out.extend(str(item) for item in value)
+        elif isinstance(value, dict):
+            out.extend(['--' + key, json.dumps(value)])
+        else:
+            out.extend(['--' + key, str(value)])
+    return out
+
+
+def pull_args_from_config(argv):
+    """`serve MODEL ... --config F ...` -> `serve MODEL <F's args> ...` (vLLM's order: the command line wins)."""
+    if '--config' not in argv:
+        return argv
+    if argv.count('--config') > 1:
+        raise ValueError('More than one config file specified!')
+    index = argv.index('--config')
+    if index == len(argv) - 1:
+        raise ValueError('No config file specified! Please check your command-line arguments.')
+    config_args = load_config_file(argv[index + 1])
+    rest = argv[:index] + argv[index + 2:]
+    keep = 2 if len(rest) > 1 and not rest[1].startswith('-') else 1
+    return rest[:keep] + config_args + rest[keep:]
+
+
 def install_signal_handlers(proc):
     # A container stop must be prompt: no graceful drain, exit 0 like a clean shutdown.
     def on_signal(signum, _frame):
@@ -1273,6 +1322,11 @@ def main(argv=None):
     if not argv or argv[0] != 'serve':
         print('usage: vllm serve MODEL [flags]\n{0}: only the `serve` subcommand exists.'.format(SIMULATOR_NOTE),
               file=sys.stderr)
+        return 2
+    try:
+        argv = pull_args_from_config(argv)
+    except (OSError, ValueError) as exc:
+        print('vllm serve: --config: {0}'.format(exc), file=sys.stderr)
         return 2
     args, unknown = build_parser().parse_known_args(argv[1:])
     args.model = args.model or args.model_flag

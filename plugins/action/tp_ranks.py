@@ -26,6 +26,7 @@ from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_docker a
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_logbuffer as tp_logbuffer
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_plan as tp_plan
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_connections import MemberConnections
+from ansible_collections.dspark.cluster.plugins.plugin_utils.redact import redact
 
 display = Display()
 
@@ -36,6 +37,7 @@ ARGUMENT_SPEC = {
     "served_model_name": {"type": "str", "required": True},
     "api_port": {"type": "int"},
     "api_key": {"type": "str", "no_log": True},
+    "redact": {"type": "list", "elements": "str", "no_log": True, "default": []},
     "timeout": {"type": "int", "default": 1800},
     "poll_interval": {"type": "float", "default": 1.0},
     "generation_timeout": {"type": "int", "default": 60},
@@ -148,7 +150,7 @@ class ActionModule(ActionBase):
             observations[node] = obs
             if not obs["exists"]:
                 continue
-            buf = state["buffers"].setdefault(node, tp_logbuffer.LogBuffer())
+            buf = state["buffers"].setdefault(node, tp_logbuffer.LogBuffer(secrets=self._secrets(args)))
             first_look = state["seen_ids"].get(node) != obs["id"]
             if first_look:
                 # A new container (or the first look): start over.
@@ -160,13 +162,19 @@ class ActionModule(ActionBase):
             if rc == 0:
                 buf.add(out)
             elif rc is not None:
-                display.vvv("tp_ranks: docker logs %s on %s failed: %s" % (name, node, (err or out)[-300:]))
+                display.vvv("tp_ranks: docker logs %s on %s failed: %s" % (name, node,
+                                                                           redact((err or out)[-300:], self._secrets(args))))
             if first_look:
                 # Registration lines older than the tail (a group that has been serving for a while).
                 rc, out, err = self._run_on(node, tp_docker.key_lines_command(name, become))
                 if rc == 0:
                     buf.add(out)
         return observations, unreachable
+
+    @staticmethod
+    def _secrets(args):
+        """What the logs must never show: the probe's key and the redact list (the group's API keys)."""
+        return [s for s in [args.get("api_key")] + list(args.get("redact") or []) if s]
 
     def _run_probe(self, host, params):
         """Run the tp_api_probe module on a member (the head): its result, {unreachable, msg} if it could not run."""

@@ -61,8 +61,16 @@ options:
   api_key:
     description: >-
       API key of the head (C(--api-key)); a no_log argument of the probe module (on its standard input with
-      pipelining), never on a command line.
+      pipelining), never on a command line. Redacted from every log line the result returns.
     type: str
+  redact:
+    description: >-
+      More secrets (the group's other API keys) to replace by C([REDACTED]) in every log line kept, reported or
+      returned. Values shaped like secrets (vLLM's C('api_key': [...]), C(--api-key ...), C(VLLM_API_KEY=...),
+      C(HF_TOKEN=...), C(Bearer ...), C(hf_...) tokens, URL passwords) are redacted in any case.
+    type: list
+    elements: str
+    default: []
   timeout:
     description: Seconds to wait for the group, in total. Real starts take 5 to 25 minutes.
     type: int
@@ -239,7 +247,7 @@ msg:
   type: str
   sample: "TP group lab_pair (2 ranks) is not serving after 41.0 s: rank 1 on spark-worker: nccl_init_error: ..."
 logs:
-  description: On failure, the last 40 lines of each node's container log keyed by the node's first rank.
+  description: On failure, the last 40 lines of each node's container log keyed by the node's first rank (API keys and tokens redacted).
   returned: always
   type: dict
   sample: {"1": ["2026-11-29T20:10:41.1Z (Worker pid=94) ERROR ... RuntimeError: NCCL error: unhandled system error"]}

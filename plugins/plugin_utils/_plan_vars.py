@@ -33,6 +33,27 @@ _INT_RE = re.compile(r"^\s*[-+]?[0-9]+\s*$")
 _FLOAT_RE = re.compile(r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$")
 
 
+# Names whose values are secrets even without no_log in a spec (a misspelt key, a token): never shown in a message.
+_SECRET_NAME_RE = re.compile(r"api_?keys?|token|passw|secret|proxy", re.IGNORECASE)
+
+
+class Hidden:
+    """Stands for a secret's value in a message (issue #13): the problem is named, the value is not."""
+
+    def __repr__(self):
+        return "<not shown: secret>"
+
+    __str__ = __repr__
+
+
+HIDDEN = Hidden()
+
+
+def is_secret(name, spec=None):
+    """no_log in the option's spec, or a name that says key, token, password, secret or proxy."""
+    return bool((spec or {}).get("no_log")) or bool(_SECRET_NAME_RE.search(name))
+
+
 class TemplateFailure:
     """A variable whose value could not be templated: its raw text and the error."""
 
@@ -202,7 +223,8 @@ def type_problem(name, value, spec):
             if elements == "dict" and not isinstance(item, dict):
                 problem = "is %s, not a dict" % _kind(item)
             if problem:
-                return ("has element %d (%r) that %s" % (index, item, problem),
+                shown = HIDDEN if is_secret(name, spec) else item
+                return ("has element %d (%r) that %s" % (index, shown, problem),
                         "make every element a %s" % ("string" if elements in ("str", "path") else elements))
         return None
     if kind == "dict":
@@ -236,20 +258,24 @@ def check_host(host, values, specs, known):
     problems = []
     for name in sorted(values):
         value = values[name]
+        spec = specs.get(name)
+        secret = is_secret(name, spec)
         if isinstance(value, TemplateFailure):
-            problems.append((host, name, value.raw, "cannot be templated (%s)" % value.error,
+            problems.append((host, name, HIDDEN if secret else value.raw,
+                             "cannot be templated (%s)" % ("error not shown: secret" if secret else value.error),
                              "define the variables it uses or correct the expression"))
             continue
         found = unknown_problem(name, known)
         if found:
-            problems.append((host, name, value) + found)
+            # A misspelt secret ("serve_api_kye") is as secret as the name it was meant to be.
+            secret = secret or any(is_secret(m, specs.get(m)) for m in difflib.get_close_matches(name, known, n=3, cutoff=0.75))
+            problems.append((host, name, HIDDEN if secret else value) + found)
             continue
-        spec = specs.get(name)
         if spec is None or value is None:
             continue  # null means "use the role's default", as for Ansible
         found = type_problem(name, value, spec)
         if found:
-            problems.append((host, name, value) + found)
+            problems.append((host, name, HIDDEN if secret else value) + found)
     return problems
 
 

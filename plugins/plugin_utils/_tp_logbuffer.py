@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The log buffer of a tp_ranks poll: each container's log merged by timestamp across polls.
 
-Also what is made of the buffers: the ``assess_group`` input per rank and the excerpts of a failed result. No Ansible
-imports, no I/O.
+Also what is made of the buffers: the ``assess_group`` input per rank and the excerpts of a failed result. Every
+chunk is redacted (plugin_utils/redact.py) before it is kept, so no diagnosis, evidence line or excerpt carries an API
+key or token. No Ansible imports, no I/O.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_docker import KEY_LINE_NEEDLES
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_loglines import strip_ansi
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_plan import log_key
+from ansible_collections.dspark.cluster.plugins.plugin_utils.redact import redact
 
 # Last lines of each rank's log put into a failed result.
 EXCERPT_LINES = 40
@@ -40,10 +42,12 @@ class LogBuffer:
     duplicates, so a registration line that scrolled out of ``--tail`` stays
     known. Output without timestamps replaces the buffer. The oldest lines
     are dropped beyond ``max_lines``, except those with a key needle.
+    Text is redacted on the way in: the known ``secrets`` and every secret-shaped value.
     """
 
-    def __init__(self, max_lines=20000):
+    def __init__(self, max_lines=20000, secrets=()):
         self.max_lines = max_lines
+        self.secrets = tuple(secrets or ())
         self.reset()
 
     def reset(self):
@@ -59,7 +63,9 @@ class LogBuffer:
         """Merge a chunk of output; returns the number of new lines."""
         if not text:
             return 0
-        lines = text.split('\n')
+        if isinstance(text, bytes):
+            text = text.decode('utf-8', 'replace')
+        lines = redact(text, self.secrets).split('\n')
         if lines and lines[-1] == '':
             lines.pop()
         if not lines:

@@ -609,3 +609,65 @@ def test_one_marker_missing_is_named(started, tmp_path):
     assert head.wait_exit(8) == 1, head.log()
     assert 'required hotfix hotfix-gb10-spin-wait.sh did not run' in head.log()
     assert 'hotfix-nvfp4-ds-mla-issue22.sh did not run' not in head.log()
+
+
+# --------------------------------------------------------------------------- API keys in the log (issue #13)
+
+def load_sim():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('dspark_vllm_sim', SIM)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_config_file_args_are_pulled_in_like_vllm(tmp_path):
+    sim = load_sim()
+    config = tmp_path / 'keys.yaml'
+    config.write_text('{"api-key": ["k-one-1234", "k-two-5678"], "enforce-eager": true, "x": {"a": 1}}\n')
+    argv = ['serve', MODEL, '--port', '1', '--config', str(config), '--headless']
+    assert sim.pull_args_from_config(argv) == [
+        'serve', MODEL, '--api-key', 'k-one-1234', 'k-two-5678', '--enforce-eager', '--x', '{"a": 1}',
+        '--port', '1', '--headless']
+    assert sim.pull_args_from_config(['serve', MODEL]) == ['serve', MODEL]
+    bad = tmp_path / 'keys.json'
+    bad.write_text('{}')
+    with pytest.raises(ValueError, match='yaml/yml'):
+        sim.pull_args_from_config(['serve', MODEL, '--config', str(bad)])
+    with pytest.raises(ValueError, match='More than one'):
+        sim.pull_args_from_config(['serve', '--config', 'a.yaml', '--config', 'b.yaml'])
+
+
+@pytest.mark.parametrize('how', ['argv', 'config', 'env'])
+def test_non_default_args_line_shows_keys_like_vllm(started, tmp_path, how):
+    """Real vLLM logs `non-default args: {...}` with 'api_key' when the keys are arguments (--api-key, --config),
+    and without it when the key is VLLM_API_KEY: the simulator does the same, and the redaction removes them."""
+    from ansible_collections.dspark.cluster.plugins.plugin_utils.redact import redact
+    keys = ['sim-key-one-1234', 'sim-key-two-5678']
+    group = Group(1, started)
+    env = base_env()
+    extra = []
+    if how == 'argv':
+        extra = ['--api-key'] + keys
+    elif how == 'config':
+        config = tmp_path / 'api-keys.yaml'
+        config.write_text(json.dumps({'api-key': keys}) + '\n')
+        extra = ['--config', str(config)]
+    else:
+        env = base_env(VLLM_API_KEY=keys[0])
+        keys = keys[:1]
+    proc = SimProc('head', 0, group.argv(0) + extra, env)
+    started.append(proc)
+    assert proc.wait_for('Application startup complete.', 15), proc.log()
+    line = next(x for x in proc.log().splitlines() if 'non-default args: ' in x)
+    assert '[api_utils.py:273] non-default args: {' in line
+    if how == 'env':
+        assert 'api_key' not in line and keys[0] not in line
+    else:
+        assert "'api_key': %r" % keys in line
+        assert "'api_key': ['[REDACTED]']" in redact(line)
+    assert all(key not in redact(proc.log(), keys) for key in keys)
+    base = 'http://%s:%d' % (LOOPBACK, group.api_port)
+    assert http('GET', base + '/v1/models')[0] == 401
+    for key in keys:
+        assert http('GET', base + '/v1/models', headers={'Authorization': 'Bearer ' + key})[0] == 200

@@ -114,5 +114,13 @@ def test_config_change_under_running_containers_stops_before_writing(running_con
 def test_proxy_drop_in_is_private_and_reaches_dockerd(lab_host):
     drop_in = lab_host.file("/etc/systemd/system/docker.service.d/http-proxy.conf")
     assert drop_in.exists and drop_in.mode == 0o600 and drop_in.user == "root"
-    assert 'Environment="HTTPS_PROXY=http://user:secret@proxy.lab.invalid:3128"' in drop_in.content_string
-    assert "proxy.lab.invalid" in lab_host.check_output("systemctl show docker --property=Environment")
+    assert "EnvironmentFile=/etc/docker/http-proxy.env" in drop_in.content_string
+    assert "cret" not in drop_in.content_string
+    env_file = lab_host.file("/etc/docker/http-proxy.env")
+    assert env_file.exists and env_file.mode == 0o600 and env_file.user == "root"
+    assert "HTTPS_PROXY='http://user:se%25cret@proxy.lab.invalid:3128'" in env_file.content_string
+    # Issue #13: `systemctl show` (any user) names the file, not the values; dockerd gets them verbatim (% too).
+    shown = lab_host.check_output("systemctl show docker --property=Environment --property=EnvironmentFiles")
+    assert "/etc/docker/http-proxy.env" in shown and "se%25cret" not in shown and "proxy.lab.invalid" not in shown
+    environ = lab_host.check_output("tr '\\0' '\\n' < /proc/$(systemctl show docker --property=MainPID --value)/environ")
+    assert "HTTPS_PROXY=http://user:se%25cret@proxy.lab.invalid:3128" in environ.splitlines()

@@ -72,14 +72,40 @@ def faulty_inventory(tmp_path, host, env):
     return tmp_path / "hosts.yml"
 
 
-def test_api_keys_apply_the_redaction_hotfix_after_the_backports():
-    """Keys set: the redaction hotfix and its --status run between the backports and the always-on hotfixes.
-    Leaves the group serving with a key; the failure tests below restart it without one."""
-    rc, out = playbook("serve.yml", LAB / "hosts.yml", "-e", json.dumps({"serve_api_key": "lab-key"}))
+def test_api_keys_apply_the_redaction_hotfix_after_the_backports(tmp_path):
+    """Two keys set (issue #13): only rank 0 gets them, never on a command line; the redaction hotfix and its --status
+    run on the head between the backports and the always-on hotfixes (the worker has no keys, so it skips them).
+    The simulator logs them in its non-default args line as vLLM does; the saved logs are redacted.
+    Leaves the group serving with keys; the failure tests below restart it without them."""
+    keys = ["lab-key-one", "lab-key-two"]
+    rc, out = playbook("serve.yml", LAB / "hosts.yml", "-e", json.dumps({"serve_api_keys": keys}))
     assert rc == 0, out[-4000:]
-    assert "lab-key" not in out
+    assert not any(key in out for key in keys)
+    head, worker = container("spark-head"), container("spark-worker")
+    for info in (head, worker):
+        argv = " ".join([info["Path"]] + info["Args"] + (info["Config"]["Entrypoint"] or []) + (info["Config"]["Cmd"] or []))
+        assert "--api-key" not in argv and not any(key in argv for key in keys)
+    assert "--config /opt/dspark-keys/api-keys.yaml" in " ".join(head["Args"])
+    assert "VLLM_API_KEY=%s" % keys[0] in head["Config"]["Env"]
+    assert not any(e.startswith(("VLLM_API_KEY=", "DSPARK_API_KEYS=")) for e in worker["Config"]["Env"])
+    for name in NODES:
+        ps = lab_node(name).check_output("ps -eo args")
+        assert not any(key in ps for key in keys), name
+    keys_file = lab_node("spark-head").file("/etc/dspark/serve/api-keys.yaml")
+    assert keys_file.mode == 0o600 and keys_file.user == "root"
+    assert not lab_node("spark-worker").file("/etc/dspark/serve/api-keys.yaml").exists
+    head_log = lab_node("spark-head").check_output("docker logs dspark-vllm 2>&1")
+    assert "'api_key': ['lab-key-one', 'lab-key-two']" in head_log        # the lab shows the leak ...
+    extra = {"serve_api_keys": keys, "serve_failure_logs_dir": str(tmp_path)}
+    rc, out = playbook("logs.yml", LAB / "hosts.yml", "-e", json.dumps(extra))
+    assert rc == 0, out[-4000:]
+    saved = (tmp_path / "lab_pair" / "rank0-spark-head.log").read_text()
+    assert "'api_key': ['[REDACTED]']" in saved and not any(key in saved for key in keys)   # ... the role hides it
     for name in NODES:
         markers = lab_node(name).check_output("docker exec dspark-vllm cat /tmp/dspark-lab-hotfixes.log").splitlines()
+        if name != "spark-head":
+            assert "hotfix-vllm-redact-api-key-log.sh" not in markers, markers
+            continue
         i = markers.index("hotfix-vllm-redact-api-key-log.sh")
         assert markers[i - 1] == "hotfix-dsv4-grammar-advance.sh", markers
         assert markers[i + 1:i + 3] == ["hotfix-vllm-redact-api-key-log.sh --status",

@@ -539,6 +539,28 @@ def test_become_and_container_overrides_and_api_key(monkeypatch):
     assert "s3cret-key" not in json.dumps(result, default=str)
 
 
+def test_keys_and_tokens_never_leave_in_a_failed_result(monkeypatch):
+    """The head's non-default args line (keys included, as real vLLM logs them) and a worker's token line."""
+    keys = ["s3cret-key-one", "other-key-two"]
+    args_line = ("(APIServer pid=1) INFO 11-29 18:40:01 [api_utils.py:273] non-default args: {'model_tag': 'm', "
+                 "'api_key': ['%s', '%s'], 'port': 8000}" % tuple(keys))
+    containers = {
+        "a-head": FakeContainer().at(0, [args_line] + head_lines(2, ready=False) + [
+            "(APIServer pid=1) INFO 11-29 18:40:02 [x.py:1] request with Authorization: Bearer %s" % keys[1]],
+            state="exited", exit_code=1),
+        "a-worker": FakeContainer().at(0, worker_lines(1, 2, joined=False) + [
+            "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123 export"], state="exited", exit_code=1),
+    }
+    result = run(FakeCluster(containers), monkeypatch, args={"api_key": keys[0], "redact": keys})
+    assert result["failed"] is True
+    text = json.dumps(result, default=str)
+    for secret in keys + ["hf_abcdefghijklmnopqrstuvwxyz0123"]:
+        assert secret not in text
+    head_log = result["logs"][0]
+    assert any("non-default args: {'model_tag': 'm', 'api_key': ['[REDACTED]'], 'port': 8000}" in line
+               for line in head_log), head_log
+
+
 # --------------------------------------------------------------------------- check mode and arguments
 
 def test_check_mode_predicts_without_polling(monkeypatch):

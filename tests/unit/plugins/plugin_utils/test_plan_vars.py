@@ -141,6 +141,27 @@ def test_check_host_reports_template_failure_unknown_and_type_but_not_null():
     assert problems[1][2] == "{{ nothing }}" and "'nothing' is undefined" in problems[1][3]
 
 
+def test_secret_values_are_never_in_a_message():
+    """Issue #13: a wrong type, a misspelt name or a failed template of a key, token or proxy names the problem only."""
+    values = {
+        "serve_api_keys": "sk-live-aaaa",                                   # a string, not a list (no_log spec)
+        "router_api_key": ["sk-live-bbbb"],                                 # a list, not a string
+        "serve_api_kye": "sk-live-cccc",                                    # misspelt
+        "checkpoint_hf_token": plan.TemplateFailure("{{ hf_dddd", "unexpected end: {{ hf_dddd"),
+        "docker_runtime_proxy": "http://u:sk-live-eeee@p:1",                # a string, not a dict
+    }
+    problems = plan.check_host("a-head", values, SPECS, KNOWN)
+    assert sorted(p[1] for p in problems) == sorted(values)
+    lines = plan.place(problems, {"pair_a": ["a-head"]})
+    text = "\n".join(lines)
+    for secret in ("aaaa", "bbbb", "cccc", "dddd", "eeee"):
+        assert secret not in text, text
+    assert "a-head: serve_api_keys=<not shown: secret> is a string, not a list" in text
+    assert plan.type_problem("serve_api_keys", ["ok", ["sk-x"]], SPECS["serve_api_keys"])[0] == (
+        "has element 1 (<not shown: secret>) that is a list, not a string")
+    assert not plan.is_secret("serve_max_num_seqs", SPECS["serve_max_num_seqs"])
+
+
 @pytest.mark.parametrize("values, expected", [
     ({"checkpoint_source_rank": 2}, ["checkpoint_source_rank"]),
     ({"checkpoint_source_rank": -1}, ["checkpoint_source_rank"]),
