@@ -175,13 +175,23 @@ def fabric_inputs(host, node, model):
 def check_fabric(name, members, groups, settings, findings):
     """The fabric role's own input rules (plugin_utils._fabric_plan, one definition), plus fabric address != management."""
     hostvars = {node["host"]: node for node in members}
-    models = {node["host"]: _group_model.group_model(name, groups, hostvars, node["host"]) for node in members}
+    found, hosts_of = [], {}
     for index, node in enumerate(members):
-        inputs = fabric_inputs(node["host"], node, models[node["host"]])
-        found = _fabric_plan.node_findings(inputs)
+        inputs = fabric_inputs(node["host"], node, _group_model.group_model(name, groups, hostvars, node["host"]))
         if index == 0:  # the group's rules once, with the values the members agree on (group_values says where not)
-            found = _fabric_plan.group_findings(inputs, settings.mtu_min, settings.mtu_max) + found
-        findings.errors.extend(message(*finding) for finding in found)
+            found.extend(_fabric_plan.group_findings(inputs, settings.mtu_min, settings.mtu_max))
+        for finding in _fabric_plan.node_findings(inputs):
+            key = (finding[1], repr(finding[2])) + finding[3:]
+            if key not in hosts_of:
+                hosts_of[key] = []
+                found.append(finding)
+            hosts_of[key].append(finding[0])
+    for finding in found:
+        hosts = hosts_of.get((finding[1], repr(finding[2])) + finding[3:], [finding[0]])
+        if len(members) > 1 and len(hosts) == len(members):  # the same on every member: a group value, said once
+            findings.errors.append(message("group %s" % name, *finding[1:]))
+        else:
+            findings.errors.extend(message(host, *finding[1:]) for host in hosts)
     for node in members:
         host = node["host"]
         raw = node.get("dspark_fabric_address")

@@ -84,10 +84,16 @@ CASES = [
         ("group pair_a", "serve_max_model_len", "'{{ nothing_defines_this }}' cannot be templated"),
     ]),
     ("cross-role contradictions", BASE + ("cross_role.yml",), (), None, [
-        ("a-head", "dspark_fabric_hca", "'rocep1s0f1 roceP2p1s0f1' is not in NCCL_IB_HCA syntax"),
-        ("a-worker", "dspark_fabric_hca", "'rocep1s0f1 roceP2p1s0f1' is not in NCCL_IB_HCA syntax"),
+        ("group pair_a", "dspark_fabric_hca", "'rocep1s0f1 roceP2p1s0f1' is not in NCCL_IB_HCA syntax"),
         ("a-worker", "dspark_fabric_address", "'10.77.77.2' equals the management address"),
         ("group pair_a", "checkpoint_source_rank", "2 is not a rank of group pair_a"),
+    ]),
+    # The fabric role's own rules (plugin_utils._fabric_plan), which preflight runs too.
+    ("fabric-only problems", BASE + ("fabric_only.yml",), ("-e", "dspark_fabric_mtu=1400"), None, [
+        ("a-head", "dspark_fabric_hca", "is not set (NCCL needs the RDMA device(s) of the fabric port)"),
+        ("a-worker", "dspark_fabric_interface", "'enp1s0f1np1:1' is not a Linux interface name"),
+        ("group pair_a", "fabric_secondary_cidr", "'10.77.78.1/30' is not an IPv4 network in CIDR form without host bits"),
+        ("group pair_a", "dspark_fabric_mtu", "'1400' is outside 1500-9216"),
     ]),
     ("operator slips", BASE + ("operator_slips.yml",), ("-e", "fabric_checks=maybe"), None, [
         ("extra vars (-e)", "fabric_checks", "'maybe' is not a boolean"),
@@ -120,6 +126,8 @@ def test_site_stops_in_preflight_with_one_line_per_problem(inventories, args, en
             head = "limit: %s" % var
         elif where == "inventory":
             head = "inventory "
+        elif value.startswith("is not set"):
+            head = "%s: %s %s" % (where, var, value)
         else:
             head = "%s: %s=%s" % (where, var, value)
         match = [line for line in lines if line.startswith(head) and (var in line) and value in line]
