@@ -3,10 +3,11 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The fabric role's validation and planning (was Jinja in roles/fabric/vars/main.yml).
 
-Each function takes ``inputs``: the role's variables as ``_fabric_plan_inputs`` in the role's vars gathers them
-(``model`` is the group model of ``_group_model``, ``pre``/``gid``/``post`` the node reads registered by the role's
-tasks) and returns what one variable of the role used to compute. The filter ``dspark.cluster.fabric_plan`` exposes
-them by name. Pure Python (stdlib ``ipaddress``), no Ansible imports, no I/O.
+Each function takes ``inputs``: the role's variables as the role's ``tasks/plan_inputs.yml`` gathers them into
+``_fabric_plan_inputs`` (``model`` is the group model of ``_group_model``; ``pre``/``gid``/``post``/... are the node
+reads the later ``tasks/plan_*.yml`` steps add) and returns what one variable of the role used to compute. The filter
+``dspark.cluster.fabric_plan`` exposes them by name. The input rules (``group_findings``, ``node_findings``) are the one
+definition preflight runs too (``inventory_rules.check_fabric``). Pure Python (stdlib ``ipaddress``), no I/O.
 """
 
 from __future__ import annotations
@@ -183,6 +184,8 @@ def group_findings(inputs, mtu_min=MTU_MIN, mtu_max=MTU_MAX):
         else:
             valid[member] = (raw, address)
     span = _span([raw for raw, dummy in valid.values()]) if len(valid) > 1 else ""
+    if span and _prefix(span) < 16:  # addresses that far apart are a typo, not a network to suggest
+        span = ""
     seen = {}
     for member, (raw, address) in valid.items():
         if address in seen:

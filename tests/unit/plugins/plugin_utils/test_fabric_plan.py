@@ -98,6 +98,9 @@ SECOND_W = "worker: fabric_secondary_%s"
       "host": "spark-b0"},
      ["spark-b1: dspark_fabric_address='192.168.111.1' is outside dspark_fabric_cidr (192.168.102.0/24). Fix: choose an address inside"
       " 192.168.102.0/24 or set dspark_fabric_cidr to a network that holds every address of the group, e.g. 192.168.96.0/20"]),
+    ({"addresses": {"head": "192.168.100.1", "worker": "10.0.0.2"}},
+     ["worker: dspark_fabric_address='10.0.0.2' is outside dspark_fabric_cidr (192.168.100.0/24). Fix: choose an address inside"
+      " 192.168.100.0/24 or set dspark_fabric_cidr to a network that holds every address of the group"]),
     ({"group": "trio_c", "addresses": {"c0": "192.168.100.1", "c1": "192.168.100.2", "c2": "300.1.1.1"}, "host": "c0"},
      [NOT_IP("c2", "300.1.1.1")]),
     # Stricter than ansible.utils (which read a decimal integer as an address).
