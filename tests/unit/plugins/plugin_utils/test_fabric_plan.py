@@ -5,6 +5,7 @@ vars file on the lab, fleet lab, VM lab and example inventories before the move)
 """
 
 import hashlib
+import itertools
 
 import pytest
 
@@ -387,3 +388,15 @@ def test_filter_shell():
         {"dest": "/x", "mode": "0644", "content": ""}]
     with pytest.raises(Exception, match="unknown part"):
         fabric_plan(values, "nope")
+
+
+def test_input_rules_and_links_never_raise_on_garbage():
+    """The role sets links, problems and pre_args in one set_fact before it asserts: bad inputs must not crash them."""
+    values = [None, "", "x", "300.1.1.1", "192.168.100.1/24", "10.0.0.0/33", ["a"], True]
+    for address, cidr, scidr, saddress in itertools.product(values, repeat=4):
+        model = gm.group_model("g", {"g": ["h"]}, {"h": {"dspark_rank": 0, "dspark_fabric_address": address}}, "h")
+        values_in = {"host": "h", "group": "g", "model": model, "interface": "eth1", "hca": "x", "address": address, "cidr": cidr,
+                     "mtu": "x", "secondary_interface": "eth2", "secondary_cidr": scidr, "secondary_address": saddress}
+        assert fp.input_problems(values_in)
+        fp.links(values_in)
+        fp.pre_args(values_in)
