@@ -135,6 +135,34 @@ def test_site_stops_in_preflight_with_one_line_per_problem(inventories, args, en
         assert "Fix: " in match[0], match[0]
 
 
+def test_fabric_role_alone_validates_itself():
+    """playbooks/fabric.yml (no preflight) stops on the same rules, one line per problem, before reading a node."""
+    command = [ANSIBLE_PLAYBOOK, "-i", os.path.join(BAD, "base.yml"), "-i", os.path.join(BAD, "fabric_only.yml"),
+               os.path.join(ROOT, "playbooks", "fabric.yml")]
+    environ = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    run = subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode != 0, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    failed = {}
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            ran = {host: result for host, result in task["hosts"].items() if not result.get("skipped")}
+            assert not ran or "Read the node" not in task["task"]["name"], task["task"]["name"]
+            for host, result in ran.items():
+                if result.get("failed"):
+                    failed[host] = result["msg"].splitlines()
+    assert failed["a-head"] == [
+        "a-head: invalid fabric input, nothing was changed:",
+        "- a-head: dspark_fabric_hca is not set (NCCL needs the RDMA device(s) of the fabric port). Fix: set them in NCCL_IB_HCA syntax,"
+        " e.g. rocep1s0f1 (ibdev2netdev prints the pairs)",
+        "- a-head: fabric_secondary_cidr='10.77.78.1/30' is not an IPv4 network in CIDR form without host bits. Fix: give the second"
+        " interface its own network, e.g. 192.168.101.0/30"], failed["a-head"]
+    assert failed["a-worker"][1].startswith("- a-worker: dspark_fabric_interface='enp1s0f1np1:1' is not a Linux interface name. Fix: ")
+    assert len(failed["a-worker"]) == 3
+    assert all(stats.get("changed", 0) == 0 for stats in report["stats"].values())
+
+
 @pytest.mark.parametrize("inventories, args, message", [
     (("unparseable.yml",), (), "unparseable.yml"),
     (BASE, ("--limit", "no-such-host"), "no hosts to target"),
