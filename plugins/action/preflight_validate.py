@@ -11,9 +11,10 @@ import os
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _plan_vars, inventory_rules
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _plan_vars, inventory_rules
 
-NODE_VARS = inventory_rules.CONTRACT_VARS + ("ansible_host",)
+# The inventory contract, the management address and the fabric role's inputs (its rules run here too).
+NODE_VARS = tuple(dict.fromkeys(inventory_rules.CONTRACT_VARS + ("ansible_host",) + tuple(_fabric_plan.INPUT_VARS.values())))
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ARGUMENT_SPEC = {

@@ -12,7 +12,7 @@ short_description: One part of the fabric role's validation and plan
 version_added: 0.1.0
 description:
   - The fabric role's validation and planning in Python (C(plugins/plugin_utils/_fabric_plan.py)), one part per call.
-    Internal to the role (its C(vars/main.yml)); the parts and their inputs may change without notice.
+    Internal to the role (its C(tasks/plan_*.yml)); the parts and their inputs may change without notice.
   - Runs on the controller and never connects to a node.
 author:
   - dspark.cluster contributors (@dspark)

@@ -13,7 +13,7 @@ version_added: 0.1.0
 description:
   - Reads the C(dspark_*) variables of every host in the play and of every member of their serving groups,
     and checks group shape (one head with C(dspark_rank=0), contiguous ranks, at least one worker, no host in
-    two groups, the whole group in the play), fabric addressing (valid, distinct, inside C(dspark_fabric_cidr)),
+    two groups, the whole group in the play), fabric addressing (the fabric role's own input rules, for interface, HCA, MTU, CIDR, addresses and the second link),
     MTU range, tensor-parallel size = nodes x GPUs per node, ports, image reference, model id and revision,
     and checkpoint mode.
   - Also checks every role variable set for those hosts (inventory, group_vars, host_vars, extra vars) against
@@ -66,8 +66,6 @@ attributes:
     description: Runs on the controller.
     support: full
     platforms: posix
-requirements:
-  - netaddr (on the controller)
 notes:
   - Run it once per play (C(run_once=true)); it validates every group the play touches.
 """

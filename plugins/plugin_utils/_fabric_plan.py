@@ -3,10 +3,11 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The fabric role's validation and planning (was Jinja in roles/fabric/vars/main.yml).
 
-Each function takes ``inputs``: the role's variables as ``_fabric_plan_inputs`` in the role's vars gathers them
-(``model`` is the group model of ``_group_model``, ``pre``/``gid``/``post`` the node reads registered by the role's
-tasks) and returns what one variable of the role used to compute. The filter ``dspark.cluster.fabric_plan`` exposes
-them by name. Pure Python (stdlib ``ipaddress``), no Ansible imports, no I/O.
+Each function takes ``inputs``: the role's variables as the role's ``tasks/plan_inputs.yml`` gathers them into
+``_fabric_plan_inputs`` (``model`` is the group model of ``_group_model``; ``pre``/``gid``/``post``/... are the node
+reads the later ``tasks/plan_*.yml`` steps add) and returns what one variable of the role used to compute. The filter
+``dspark.cluster.fabric_plan`` exposes them by name. The input rules (``group_findings``, ``node_findings``) are the one
+definition preflight runs too (``inventory_rules.check_fabric``). Pure Python (stdlib ``ipaddress``), no I/O.
 """
 
 from __future__ import annotations
@@ -15,8 +16,16 @@ import hashlib
 import ipaddress
 import re
 
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _findings, _group_model
+
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
-_DIGITS_RE = re.compile(r"^[0-9]+$")
+# NCCL_IB_HCA: an optional ^ (exclude) and = (exact match), then device[:port] separated by commas.
+HCA_RE = re.compile(r"^\^?=?[A-Za-z0-9_.-]+(?::[0-9]+)?(?:,[A-Za-z0-9_.-]+(?::[0-9]+)?)*$")
+MTU_MIN, MTU_MAX = 1500, 9216
+# The role's inputs (keys of _fabric_plan_inputs) that come from the inventory: preflight builds the same inputs.
+INPUT_VARS = {"interface": "dspark_fabric_interface", "hca": "dspark_fabric_hca", "address": "dspark_fabric_address",
+              "cidr": "dspark_fabric_cidr", "mtu": "dspark_fabric_mtu", "secondary_interface": "fabric_secondary_interface",
+              "secondary_cidr": "fabric_secondary_cidr", "secondary_address": "fabric_secondary_address"}
 # The head receives each worker's test on the worker's port + this offset.
 HEAD_PORT_OFFSET = 100
 
@@ -125,73 +134,132 @@ def links(inputs):
     return out
 
 
-def input_problems(inputs):
-    """Everything wrong with the inputs, checked on the controller before any node is touched."""
+def _shown(value):
+    """A value as a message shows it: missing or empty is "not set"."""
+    return None if value is None or value == "" else value
+
+
+def _loose_net(text):
+    """The IPv4 network ``text`` names (host bits allowed), else None."""
+    if "/" not in text:
+        return None
+    try:
+        return ipaddress.IPv4Network(text, strict=False)
+    except ValueError:
+        return None
+
+
+def group_findings(inputs, mtu_min=MTU_MIN, mtu_max=MTU_MAX):
+    """The group-wide rules (MTU, CIDR, every member's address), as (where, variable, value, problem, fix).
+
+    Preflight asks them once per group; the role, run alone, on every node (a peer's bad address breaks this node too).
+    """
     model = inputs["model"]
-    group = inputs.get("group")
-    shown = group if group is not None else "?"
-    problems = []
-    if not model.get("known") or inputs.get("host") not in model["members"]:
-        problems.append("dspark_group=%s is not an inventory group that holds this host. Fix: set dspark_group to the name of the serving group"
-                        " of this host." % (group if group is not None else "(unset)"))
-    iface = "" if inputs.get("interface") is None else str(inputs.get("interface"))
-    if not IFNAME_RE.match(iface):
-        problems.append("dspark_fabric_interface=%s is not a Linux interface name. Fix: set the ConnectX netdev that carries the fabric address,"
-                        " e.g. enp1s0f1np1." % iface)
-    if not str(inputs.get("hca") or ""):
-        problems.append("dspark_fabric_hca is not set. Fix: set the RDMA device(s) of the fabric port in NCCL_IB_HCA syntax, e.g. rocep1s0f1"
-                        " (ibdev2netdev prints the pairs).")
-    mtu_text = str(inputs.get("mtu"))
-    if not _DIGITS_RE.match(mtu_text) or not 1500 <= int(mtu_text) <= 9216:
-        problems.append("dspark_fabric_mtu=%s is not an MTU between 1500 and 9216. Fix: 9000 on a direct ConnectX link." % mtu_text)
-    cidr = "" if inputs.get("cidr") is None else str(inputs.get("cidr"))
-    network = _net(cidr)
+    where = "group %s" % inputs.get("group") if model.get("known") else str(inputs.get("host"))
+    out = []
+    value = inputs.get("mtu")
+    number = _group_model.as_int(value)
+    if number is None or not mtu_min <= number <= mtu_max:
+        out.append((where, "dspark_fabric_mtu", _shown(value), "is outside %d-%d" % (mtu_min, mtu_max),
+                    "use 9000 when every hop of the direct ConnectX link carries jumbo frames"))
+    cidr = inputs.get("cidr")
+    text = "" if cidr is None else str(cidr)
+    network = _loose_net(text)
     if network is None:
-        problems.append("dspark_fabric_cidr=%s is not an IPv4 network in CIDR form without host bits. Fix: write it as network/prefix,"
-                        " e.g. 192.168.100.0/30." % cidr)
-    addresses, bad, outside, pairs = [], [], [], []
+        out.append((where, "dspark_fabric_cidr", _shown(cidr), "is not an IPv4 network in CIDR form",
+                    "write it as network/prefix, e.g. 192.168.100.0/24"))
+    elif str(network) != text:
+        out.append((where, "dspark_fabric_cidr", cidr, "is not written as its network address (host bits set)",
+                    "use the network address %s" % network))
+    elif network.num_addresses < 2:
+        out.append((where, "dspark_fabric_cidr", cidr, "holds one address only", "use a network with an address for every node, e.g. a /30"))
+        network = None
+    valid = {}
     for member in model["members"]:
-        text = str(model["addresses"].get(member, ""))
-        pairs.append("%s=%s" % (member, text))
-        address = _address(text) if "/" not in text else None
+        raw = str(model["addresses"].get(member, ""))
+        address = _address(raw) if "/" not in raw else None
         if address is None:
-            bad.append("%s=%s" % (member, text))
+            out.append((member, "dspark_fabric_address", _shown(raw), "is not an IPv4 address",
+                        "set this node's address on the fabric, inside dspark_fabric_cidr (%s)" % text))
+        else:
+            valid[member] = (raw, address)
+    span = _span([raw for raw, dummy in valid.values()]) if len(valid) > 1 else ""
+    if span and _prefix(span) < 16:  # addresses that far apart are a typo, not a network to suggest
+        span = ""
+    seen = {}
+    for member, (raw, address) in valid.items():
+        if address in seen:
+            out.append((member, "dspark_fabric_address", raw, "is also the address of %s" % seen[address],
+                        "give every node of the group its own fabric address"))
+        seen.setdefault(address, member)
+        if network is None:
             continue
-        addresses.append(text)
-        if network is not None and not _usable(network, address):
-            outside.append("%s=%s" % (member, text))
-    if bad:
-        problems.append("dspark_fabric_address is not an IPv4 address on %s. Fix: give every node of group %s its own fabric IPv4 inside"
-                        " dspark_fabric_cidr." % (", ".join(bad), shown))
-    if outside:
-        span = _span(addresses) if len(addresses) > 1 else ""
-        problems.append("dspark_fabric_cidr=%s does not hold (as usable host addresses) the fabric addresses %s of group %s (all: %s). Fix: set"
-                        " dspark_fabric_cidr to a network that holds every address of the group%s, or correct dspark_fabric_address."
-                        % (cidr, ", ".join(outside), shown, ", ".join(pairs), (", e.g. " + span) if span else ""))
-    if len(set(addresses)) != len(addresses):
-        problems.append("dspark_fabric_address repeats within group %s (%s). Fix: give every node its own address." % (shown, ", ".join(pairs)))
+        if address not in network:
+            out.append((member, "dspark_fabric_address", raw, "is outside dspark_fabric_cidr (%s)" % network,
+                        "choose an address inside %s or set dspark_fabric_cidr to a network that holds every address of the group%s"
+                        % (network, (", e.g. " + span) if span else "")))
+        elif not _usable(network, address):
+            out.append((member, "dspark_fabric_address", raw, "is the network or broadcast address of %s" % network,
+                        "use a host address between %s and %s" % (network[1], network[-2])))
+    return out
+
+
+def node_findings(inputs):
+    """This node's own rules (interface, HCA, second link), as (host, variable, value, problem, fix)."""
+    host = str(inputs.get("host"))
+    out = []
+    iface = inputs.get("interface")
+    if not isinstance(iface, str) or not IFNAME_RE.match(iface):
+        out.append((host, "dspark_fabric_interface", _shown(iface), "is not a Linux interface name",
+                    "set the ConnectX netdev that carries the fabric address, e.g. enp1s0f1np1"))
+    hca = inputs.get("hca")
+    if hca is None or hca == "":
+        out.append((host, "dspark_fabric_hca", None, "NCCL needs the RDMA device(s) of the fabric port",
+                    "set them in NCCL_IB_HCA syntax, e.g. rocep1s0f1 (ibdev2netdev prints the pairs)"))
+    elif not isinstance(hca, str) or not HCA_RE.match(hca):
+        out.append((host, "dspark_fabric_hca", hca, "is not in NCCL_IB_HCA syntax",
+                    "write one string of device[:port] names separated by commas, e.g. rocep1s0f1 or =rocep1s0f1,roceP2p1s0f1"))
     second = inputs.get("secondary_interface") or ""
-    if second:
-        scidr = str(inputs.get("secondary_cidr"))
-        snetwork = _net(scidr)
-        if not IFNAME_RE.match(second) or second == iface:
-            problems.append("fabric_secondary_interface=%s is not a Linux interface name other than dspark_fabric_interface. Fix: set the second"
-                            " interface of the port, e.g. enP2p1s0f1np1, or leave it empty." % second)
-        saddress = inputs.get("secondary_address") or ""
-        if snetwork is None:
-            problems.append("fabric_secondary_cidr=%s is not an IPv4 network in CIDR form without host bits. Fix: give the second interface its"
-                            " own network, e.g. 192.168.101.0/30." % scidr)
-        elif network is not None and network.overlaps(snetwork):
-            problems.append("fabric_secondary_cidr=%s overlaps dspark_fabric_cidr=%s. Fix: each interface of the port needs its own subnet."
-                            % (scidr, cidr))
-        elif not saddress and not bad and network is not None and host_number(inputs) >= (
-                snetwork.num_addresses - (1 if snetwork.prefixlen < 31 else 0)):
-            problems.append("fabric_secondary_cidr=%s is too small for host number %d of dspark_fabric_address=%s. Fix: use a network as large as"
-                            " dspark_fabric_cidr or set fabric_secondary_address." % (scidr, host_number(inputs), inputs.get("address")))
-        elif saddress and (_address(saddress) is None or not _usable(snetwork, _address(saddress))):
-            problems.append("fabric_secondary_address=%s is not a usable address of fabric_secondary_cidr=%s. Fix: choose an address inside it."
-                            % (saddress, scidr))
-    return problems
+    if not second:
+        return out
+    if not isinstance(second, str) or not IFNAME_RE.match(second) or second == iface:
+        out.append((host, "fabric_secondary_interface", second, "is not a Linux interface name other than dspark_fabric_interface",
+                    "set the second interface of the port, e.g. enP2p1s0f1np1, or leave it empty"))
+    scidr = inputs.get("secondary_cidr")
+    snetwork = _net(scidr)
+    network = _net(inputs.get("cidr"))
+    saddress = inputs.get("secondary_address") or ""
+    own = _address(inputs.get("address")) if "/" not in str(inputs.get("address")) else None
+    if snetwork is None:
+        out.append((host, "fabric_secondary_cidr", _shown(scidr), "is not an IPv4 network in CIDR form without host bits",
+                    "give the second interface its own network, e.g. 192.168.101.0/30"))
+    elif network is not None and network.overlaps(snetwork):
+        out.append((host, "fabric_secondary_cidr", scidr, "overlaps dspark_fabric_cidr (%s)" % network,
+                    "each interface of the port needs its own subnet"))
+    elif not saddress and own is not None and network is not None and host_number(inputs) >= (
+            snetwork.num_addresses - (1 if snetwork.prefixlen < 31 else 0)):
+        out.append((host, "fabric_secondary_cidr", scidr, "is too small for host number %d of dspark_fabric_address=%s"
+                    % (host_number(inputs), inputs.get("address")),
+                    "use a network as large as dspark_fabric_cidr or set fabric_secondary_address"))
+    elif saddress and (_address(saddress) is None or not _usable(snetwork, _address(saddress))):
+        out.append((host, "fabric_secondary_address", saddress, "is not a usable address of fabric_secondary_cidr (%s)" % scidr,
+                    "choose an address inside it"))
+    return out
+
+
+def input_findings(inputs):
+    """Every rule of the role's inputs, for a role run alone: the group membership, the group's rules, this node's."""
+    model = inputs["model"]
+    out = []
+    found = _group_model.membership_problem(inputs.get("group"), model.get("known"), inputs.get("host") in model["members"])
+    if found:
+        out.append((str(inputs.get("host")), "dspark_group", _shown(inputs.get("group"))) + found)
+    return out + group_findings(inputs) + node_findings(inputs)
+
+
+def input_problems(inputs):
+    """Everything wrong with the inputs, checked on the controller before any node is touched: one standard line each."""
+    return [_findings.message(*finding) for finding in input_findings(inputs)]
 
 
 def pre_args(inputs):

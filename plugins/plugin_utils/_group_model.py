@@ -27,6 +27,18 @@ def as_int(value):
     return None
 
 
+def membership_problem(name, known, member):
+    """(problem, fix) when dspark_group ``name`` does not name an inventory group (``known``) that holds the host
+    (``member``), else None. Preflight and the roles run alone both ask this."""
+    if not isinstance(name, str) or not name:
+        return ("is not set", "put the host in a serving group whose vars set dspark_group to that group's name")
+    if not known:
+        return ("names no inventory group", "set dspark_group to the name of the inventory group that holds this host's serving group")
+    if not member:
+        return ("names a group this host is not in", "add the host to group %s or correct dspark_group" % name)
+    return None
+
+
 def host_vars(hostvars, host):
     """The variables of one host ({} when hostvars lacks it). Each ``hostvars[host]`` costs Ansible a whole
     get_vars for that host: take it once per host and read every variable from it."""

@@ -13,15 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _group_model
-
-try:
-    import netaddr
-
-    HAS_NETADDR = True
-except ImportError:  # reported by the action plugin, which needs netaddr on the controller
-    netaddr = None
-    HAS_NETADDR = False
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _findings, _group_model
 
 CHECKPOINT_MODES = ("nfs", "scp")
 
@@ -56,10 +48,6 @@ _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 # git check-ref-format, simplified: no spaces, control chars, '..', '~^:?*[\\', no leading '-' or '/'.
 _REF_RE = re.compile(r"^(?!-)(?!/)(?!.*\.\.)(?!.*//)[^\s~^:?*\[\\\x00-\x1f\x7f]+(?<!/)(?<!\.lock)(?<!\.)$")
-# The fabric role's own rule (a netdev name: no ':', which the kernel refuses, and at most 15 characters).
-_IFNAME_RE = _fabric_plan.IFNAME_RE
-# NCCL_IB_HCA: an optional ^ (exclude) and = (exact match), then device[:port] separated by commas.
-_HCA_RE = re.compile(r"^\^?=?[A-Za-z0-9_.-]+(?::[0-9]+)?(?:,[A-Za-z0-9_.-]+(?::[0-9]+)?)*$")
 
 
 @dataclass
@@ -86,13 +74,7 @@ class Findings:
         self.warnings.append(_message(where, var, value, problem, fix))
 
 
-def _message(where, var, value, problem, fix):
-    if value is None:
-        return "%s: %s is not set (%s). Fix: %s" % (where, var, problem, fix)
-    return "%s: %s=%r %s. Fix: %s" % (where, var, value, problem, fix)
-
-
-message = _message
+_message = message = _findings.message
 
 
 def _as_int(value):
@@ -154,11 +136,6 @@ def check_port(var, value, settings, findings, where):
 def check_group_values(name, values, settings, findings):
     """Rules on the group-wide values (already checked to agree across members)."""
     where = "group %s" % name
-    mtu = _as_int(values.get("dspark_fabric_mtu"))
-    if mtu is None or not settings.mtu_min <= mtu <= settings.mtu_max:
-        findings.error(where, "dspark_fabric_mtu", values.get("dspark_fabric_mtu"),
-                       "is outside %d-%d" % (settings.mtu_min, settings.mtu_max),
-                       "use 9000 when every hop of the direct ConnectX link carries jumbo frames")
     api = check_port("dspark_api_port", values.get("dspark_api_port"), settings, findings, where)
     master = check_port("dspark_master_port", values.get("dspark_master_port"), settings, findings, where)
     if api is not None and api == master:
@@ -186,63 +163,43 @@ def check_tensor_parallel(name, values, size, findings):
                        "set dspark_tensor_parallel_size: %d, or add/remove nodes in the group" % (size * gpus))
 
 
-def check_fabric(name, members, values, findings):
-    """Addresses valid, distinct, inside the group's CIDR; interface names plausible."""
-    where = "group %s" % name
-    cidr = values.get("dspark_fabric_cidr")
-    network = None
-    try:
-        if not isinstance(cidr, str) or "/" not in cidr:
-            raise ValueError
-        network = netaddr.IPNetwork(cidr)
-        if network.version != 4:
-            raise ValueError
-    except (netaddr.AddrFormatError, ValueError, TypeError):
-        network = None
-        findings.error(where, "dspark_fabric_cidr", cidr, "is not an IPv4 network in CIDR form",
-                       "write it as address/prefix, e.g. 192.168.100.0/24")
-    if network is not None and str(network.cidr) != str(network):
-        findings.error(where, "dspark_fabric_cidr", cidr, "has host bits set",
-                       "use the network address %s" % network.cidr)
-        network = network.cidr
-    seen = {}
+def fabric_inputs(host, node, model):
+    """The fabric plan's inputs of one node, as the fabric role builds them (its defaults where the inventory is silent)."""
+    inputs = {key: node.get(var) for key, var in _fabric_plan.INPUT_VARS.items()}
+    for key in ("secondary_interface", "secondary_cidr", "secondary_address"):
+        inputs[key] = inputs[key] if inputs[key] is not None else ""
+    inputs.update(host=host, group=model["group"], model=model)
+    return inputs
+
+
+def check_fabric(name, members, groups, settings, findings):
+    """The fabric role's own input rules (plugin_utils._fabric_plan, one definition), plus fabric address != management."""
+    hostvars = {node["host"]: node for node in members}
+    found, hosts_of = [], {}
+    for index, node in enumerate(members):
+        inputs = fabric_inputs(node["host"], node, _group_model.group_model(name, groups, hostvars, node["host"]))
+        if index == 0:  # the group's rules once, with the values the members agree on (group_values says where not)
+            found.extend(_fabric_plan.group_findings(inputs, settings.mtu_min, settings.mtu_max))
+        for finding in _fabric_plan.node_findings(inputs):
+            key = (finding[1], repr(finding[2])) + finding[3:]
+            if key not in hosts_of:
+                hosts_of[key] = []
+                found.append(finding)
+            hosts_of[key].append(finding[0])
+    for finding in found:
+        hosts = hosts_of.get((finding[1], repr(finding[2])) + finding[3:], [finding[0]])
+        if len(members) > 1 and len(hosts) == len(members):  # the same on every member: a group value, said once
+            findings.errors.append(message("group %s" % name, *finding[1:]))
+        else:
+            findings.errors.extend(message(host, *finding[1:]) for host in hosts)
     for node in members:
         host = node["host"]
-        iface = node.get("dspark_fabric_interface")
-        if not isinstance(iface, str) or not _IFNAME_RE.match(iface):
-            findings.error(host, "dspark_fabric_interface", iface, "is not a Linux interface name",
-                           "set the ConnectX netdev that carries the fabric address, e.g. enp1s0f1np1")
-        hca = node.get("dspark_fabric_hca")
-        if hca is not None and (not isinstance(hca, str) or not _HCA_RE.match(hca)):
-            findings.error(host, "dspark_fabric_hca", hca, "is not in NCCL_IB_HCA syntax",
-                           "write one string of device[:port] names separated by commas, e.g. rocep1s0f1 or =rocep1s0f1,roceP2p1s0f1")
         raw = node.get("dspark_fabric_address")
-        try:
-            addr = netaddr.IPAddress(str(raw), flags=netaddr.INET_PTON)
-            if addr.version != 4:
-                raise ValueError
-        except (netaddr.AddrFormatError, ValueError, TypeError):
-            findings.error(host, "dspark_fabric_address", raw, "is not an IPv4 address",
-                           "set this node's address on the fabric, inside dspark_fabric_cidr (%s)" % cidr)
-            continue
-        if addr in seen:
-            findings.error(host, "dspark_fabric_address", raw, "is also the address of %s" % seen[addr],
-                           "give every node of the group its own fabric address")
-        seen.setdefault(addr, host)
         mgmt = node.get("dspark_mgmt_address") or node.get("ansible_host") or host
-        if str(mgmt).strip() == str(addr):
+        if raw is not None and str(raw).strip() and str(mgmt).strip() == str(raw).strip():
             var = "dspark_mgmt_address" if node.get("dspark_mgmt_address") else "ansible_host"
             findings.error(host, "dspark_fabric_address", raw, "equals the management address (%s=%s)" % (var, mgmt),
                            "the fabric address is the ConnectX link's own address; Ansible and the router use the management network")
-        if network is None:
-            continue
-        if addr not in network:
-            findings.error(host, "dspark_fabric_address", raw, "is outside dspark_fabric_cidr (%s)" % network,
-                           "choose an address inside %s or correct dspark_fabric_cidr" % network)
-        elif network.prefixlen < 31 and addr in (network.network, network.broadcast):
-            findings.error(host, "dspark_fabric_address", raw,
-                           "is the network or broadcast address of %s" % network,
-                           "use a host address between %s and %s" % (network[1], network[-2]))
 
 
 def check_ranks(name, members, findings):
@@ -301,21 +258,13 @@ def validate(nodes, groups, play_hosts, settings=None):
     """
     settings = settings or Settings()
     findings = Findings()
-    if not HAS_NETADDR:
-        findings.errors.append("controller: python library netaddr is missing. Fix: pip install netaddr (see requirements.txt)")
-        return findings, {}
     group_names = {}
     for host in play_hosts:
         name = nodes.get(host, {}).get("dspark_group")
-        if not isinstance(name, str) or not name:
-            findings.error(host, "dspark_group", name, "is not set",
-                           "put the host in a serving group whose vars set dspark_group to that group's name")
-        elif name not in groups:
-            findings.error(host, "dspark_group", name, "names no inventory group",
-                           "set dspark_group to the name of the inventory group that holds this host's serving group")
-        elif host not in groups[name]:
-            findings.error(host, "dspark_group", name, "names a group this host is not in",
-                           "add the host to group %s or correct dspark_group" % name)
+        known = isinstance(name, str) and name in groups
+        found = _group_model.membership_problem(name, known, known and host in groups[name])
+        if found:
+            findings.error(host, "dspark_group", name, *found)
         else:
             group_names.setdefault(name, None)
     known = {n.get("dspark_group") for n in nodes.values() if isinstance(n.get("dspark_group"), str)}
@@ -336,7 +285,7 @@ def validate(nodes, groups, play_hosts, settings=None):
         values = group_values(name, members, findings)
         check_group_values(name, values, settings, findings)
         check_tensor_parallel(name, values, len(members), findings)
-        check_fabric(name, members, values, findings)
+        check_fabric(name, members, groups, settings, findings)
         ordered = _group_model.members_by_rank(groups[name], lambda host: nodes.get(host, {}).get("dspark_rank"))
         summary[name] = {
             "head": ordered[0] if ordered else None,

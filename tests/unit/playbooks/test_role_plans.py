@@ -2,7 +2,8 @@
 
 The group model (plugins/filter/group_model.py) and the fabric plan (plugins/filter/fabric_plan.py) replaced Jinja in
 the vars of fabric, nfs_export, checkpoint and serve. This test renders those vars with the venv's ansible-playbook on
-the controller (each role's defaults, vars and templates; fake node reads, see role_plans/tasks/fabric.yml) and
+the controller (each role's defaults, vars, templates and planning tasks (fabric's tasks/plan_*.yml); fake node reads,
+see role_plans/tasks/fabric.yml) and
 compares every value with fixtures/ (recorded with the roles' vars of commit 078b77c, before the move): the fleet lab
 (two pairs, a trio) with the bandwidth test on, pair_a with a second fabric interface on netplan, trio_c's ranks
 reversed and pair_b's worker outside its network (role_plans/overlay.yml). One ansible-playbook run, ~25 s.
@@ -41,6 +42,11 @@ def render(case, roles_root, work):
             if os.path.isdir(os.path.join(roles_root, role, part)):
                 os.symlink(os.path.join(roles_root, role, part), os.path.join(dest, part))
         shutil.copy(os.path.join(HERE, "tasks", role + ".yml"), os.path.join(dest, "tasks", "main.yml"))
+        # The role's own planning steps (fabric: tasks/plan_*.yml), which the fake tasks import between the fake reads.
+        tasks = os.path.join(roles_root, role, "tasks")
+        for name in sorted(os.listdir(tasks)) if os.path.isdir(tasks) else []:
+            if name.startswith("plan_") and name.endswith(".yml"):
+                shutil.copy(os.path.join(tasks, name), os.path.join(dest, "tasks", name))
     shutil.copy(os.path.join(HERE, "play.yml"), os.path.join(work, "play.yml"))
     out = os.path.join(work, "out")
     os.makedirs(out)

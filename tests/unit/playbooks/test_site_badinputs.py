@@ -84,10 +84,16 @@ CASES = [
         ("group pair_a", "serve_max_model_len", "'{{ nothing_defines_this }}' cannot be templated"),
     ]),
     ("cross-role contradictions", BASE + ("cross_role.yml",), (), None, [
-        ("a-head", "dspark_fabric_hca", "'rocep1s0f1 roceP2p1s0f1' is not in NCCL_IB_HCA syntax"),
-        ("a-worker", "dspark_fabric_hca", "'rocep1s0f1 roceP2p1s0f1' is not in NCCL_IB_HCA syntax"),
+        ("group pair_a", "dspark_fabric_hca", "'rocep1s0f1 roceP2p1s0f1' is not in NCCL_IB_HCA syntax"),
         ("a-worker", "dspark_fabric_address", "'10.77.77.2' equals the management address"),
         ("group pair_a", "checkpoint_source_rank", "2 is not a rank of group pair_a"),
+    ]),
+    # The fabric role's own rules (plugin_utils._fabric_plan), which preflight runs too.
+    ("fabric-only problems", BASE + ("fabric_only.yml",), ("-e", "dspark_fabric_mtu=1400"), None, [
+        ("a-head", "dspark_fabric_hca", "is not set (NCCL needs the RDMA device(s) of the fabric port)"),
+        ("a-worker", "dspark_fabric_interface", "'enp1s0f1np1:1' is not a Linux interface name"),
+        ("group pair_a", "fabric_secondary_cidr", "'10.77.78.1/30' is not an IPv4 network in CIDR form without host bits"),
+        ("group pair_a", "dspark_fabric_mtu", "'1400' is outside 1500-9216"),
     ]),
     ("operator slips", BASE + ("operator_slips.yml",), ("-e", "fabric_checks=maybe"), None, [
         ("extra vars (-e)", "fabric_checks", "'maybe' is not a boolean"),
@@ -120,11 +126,41 @@ def test_site_stops_in_preflight_with_one_line_per_problem(inventories, args, en
             head = "limit: %s" % var
         elif where == "inventory":
             head = "inventory "
+        elif value.startswith("is not set"):
+            head = "%s: %s %s" % (where, var, value)
         else:
             head = "%s: %s=%s" % (where, var, value)
         match = [line for line in lines if line.startswith(head) and (var in line) and value in line]
         assert match, "no line starts with %r (and names %r, %r):\n%s" % (head, var, value, "\n".join(lines))
         assert "Fix: " in match[0], match[0]
+
+
+def test_fabric_role_alone_validates_itself():
+    """playbooks/fabric.yml (no preflight) stops on the same rules, one line per problem, before reading a node."""
+    command = [ANSIBLE_PLAYBOOK, "-i", os.path.join(BAD, "base.yml"), "-i", os.path.join(BAD, "fabric_only.yml"),
+               os.path.join(ROOT, "playbooks", "fabric.yml")]
+    environ = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    run = subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode != 0, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    failed = {}
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            ran = {host: result for host, result in task["hosts"].items() if not result.get("skipped")}
+            assert not ran or "Read the node" not in task["task"]["name"], task["task"]["name"]
+            for host, result in ran.items():
+                if result.get("failed"):
+                    failed[host] = result["msg"].splitlines()
+    assert failed["a-head"] == [
+        "a-head: invalid fabric input, nothing was changed:",
+        "- a-head: dspark_fabric_hca is not set (NCCL needs the RDMA device(s) of the fabric port). Fix: set them in NCCL_IB_HCA syntax,"
+        " e.g. rocep1s0f1 (ibdev2netdev prints the pairs)",
+        "- a-head: fabric_secondary_cidr='10.77.78.1/30' is not an IPv4 network in CIDR form without host bits. Fix: give the second"
+        " interface its own network, e.g. 192.168.101.0/30"], failed["a-head"]
+    assert failed["a-worker"][1].startswith("- a-worker: dspark_fabric_interface='enp1s0f1np1:1' is not a Linux interface name. Fix: ")
+    assert len(failed["a-worker"]) == 3
+    assert all(stats.get("changed", 0) == 0 for stats in report["stats"].values())
 
 
 @pytest.mark.parametrize("inventories, args, message", [

@@ -242,8 +242,7 @@ BROKEN = [
     ("management interface", _management_interface,
      "dspark_fabric_interface=eth0 carries this SSH connection", True),
     ("CIDR without both addresses", _cidr_without_both,
-     "dspark_fabric_cidr=192.168.100.0/31 does not hold (as usable host addresses) the fabric addresses "
-     "spark-worker=192.168.100.2", False),
+     "spark-worker: dspark_fabric_address='192.168.100.2' is outside dspark_fabric_cidr (192.168.100.0/31)", False),
 ]
 
 

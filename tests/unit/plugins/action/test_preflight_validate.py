@@ -10,7 +10,7 @@ from ansible.template import Templar
 from ansible_collections.dspark.cluster.plugins.action.preflight_validate import ActionModule
 
 BASE = {
-    "dspark_group": "pair_a", "dspark_fabric_cidr": "10.77.77.0/30", "dspark_fabric_interface": "enp1s0f1np1",
+    "dspark_group": "pair_a", "dspark_fabric_cidr": "10.77.77.0/30", "dspark_fabric_interface": "enp1s0f1np1", "dspark_fabric_hca": "rocep1s0f1",
     "dspark_fabric_mtu": 9000, "dspark_gpus_per_node": 1, "dspark_tensor_parallel_size": 2,
     "dspark_api_port": 8888, "dspark_master_port": 25000,
     "dspark_image": "ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:" + "b" * 64,
@@ -54,6 +54,19 @@ def test_errors_fail_with_every_problem_listed():
     assert "nothing was changed" in result["msg"]
     assert any(e.startswith("a-worker: dspark_fabric_address='10.77.78.2'") for e in result["errors"])
     assert any(e.startswith("group pair_a: dspark_fabric_mtu=9000") for e in result["errors"])
+
+
+def test_fabric_only_problems_are_read_and_reported():
+    """The fabric role's own rules run here too: its second-link variables are read from every member."""
+    action, dummy = make_action()
+    variables = task_vars()
+    for host in variables["hostvars"].values():
+        host.update(fabric_secondary_interface="enP2p1s0f1np1", fabric_secondary_cidr="10.77.78.1/30")
+    del variables["hostvars"]["a-head"]["dspark_fabric_hca"]
+    result = action.run(task_vars=variables)
+    assert result["failed"] is True
+    assert [e.split(" (")[0].split("=")[0] for e in result["errors"]] == [
+        "a-head: dspark_fabric_hca is not set", "group pair_a: fabric_secondary_cidr"], result["errors"]
 
 
 def test_members_outside_the_limit_are_read_and_reported():

@@ -5,6 +5,7 @@ vars file on the lab, fleet lab, VM lab and example inventories before the move)
 """
 
 import hashlib
+import itertools
 
 import pytest
 
@@ -35,73 +36,110 @@ def inputs(host="head", addresses=None, **overrides):
     return values
 
 
-IFACE = ("dspark_fabric_interface=%s is not a Linux interface name. Fix: set the ConnectX netdev that carries the fabric address,"
-         " e.g. enp1s0f1np1.")
-HCA = ("dspark_fabric_hca is not set. Fix: set the RDMA device(s) of the fabric port in NCCL_IB_HCA syntax, e.g. rocep1s0f1"
-       " (ibdev2netdev prints the pairs).")
-MTU = "dspark_fabric_mtu=%s is not an MTU between 1500 and 9216. Fix: 9000 on a direct ConnectX link."
-CIDR = ("dspark_fabric_cidr=%s is not an IPv4 network in CIDR form without host bits. Fix: write it as network/prefix,"
-        " e.g. 192.168.100.0/30.")
+# The standard one-line format (where, variable, value, problem, fix): preflight reports the same lines.
+def IFACE(value, host="head"):
+    return ("%s: dspark_fabric_interface=%r is not a Linux interface name. Fix: set the ConnectX netdev that carries the fabric address,"
+            " e.g. enp1s0f1np1" % (host, value))
+
+
+HCA = ("head: dspark_fabric_hca is not set (NCCL needs the RDMA device(s) of the fabric port). Fix: set them in NCCL_IB_HCA syntax,"
+       " e.g. rocep1s0f1 (ibdev2netdev prints the pairs)")
+
+
+def MTU(value):
+    return ("group g: dspark_fabric_mtu=%r is outside 1500-9216. Fix: use 9000 when every hop of the direct ConnectX link carries jumbo"
+            " frames" % (value,))
+
+
+def CIDR(value):
+    return "group g: dspark_fabric_cidr=%r is not an IPv4 network in CIDR form. Fix: write it as network/prefix, e.g. 192.168.100.0/24" % value
+
+
+def NOT_IP(host, value, cidr="192.168.100.0/24"):
+    return ("%s: dspark_fabric_address=%r is not an IPv4 address. Fix: set this node's address on the fabric, inside dspark_fabric_cidr (%s)"
+            % (host, value, cidr))
+
+
+SECOND = "head: fabric_secondary_%s"
+SECOND_W = "worker: fabric_secondary_%s"
 
 
 @pytest.mark.parametrize("overrides, problems", [
     ({}, []),
     ({"mtu": "9000"}, []),
     ({"cidr": "192.168.100.0/31", "addresses": {"head": "192.168.100.0", "worker": "192.168.100.1"}}, []),
-    # Recorded on the lab pair with -e dspark_fabric_mtu=100 -e dspark_fabric_cidr=192.168.100.1/24 ...
     ({"interface": "bad/if", "hca": "", "mtu": 100, "cidr": "192.168.100.1/24"},
-     [IFACE % "bad/if", HCA, MTU % 100, CIDR % "192.168.100.1/24"]),
-    ({"interface": "a-name-longer-than-15"}, [IFACE % "a-name-longer-than-15"]),
-    ({"mtu": 1499}, [MTU % 1499]),
-    ({"mtu": 9217}, [MTU % 9217]),
-    ({"mtu": "9000.0"}, [MTU % "9000.0"]),
-    ({"cidr": "192.168.100.0"}, [CIDR % "192.168.100.0"]),
+     [MTU(100), "group g: dspark_fabric_cidr='192.168.100.1/24' is not written as its network address (host bits set). Fix: use the network"
+      " address 192.168.100.0/24", IFACE("bad/if"), HCA]),
+    ({"interface": "a-name-longer-than-15"}, [IFACE("a-name-longer-than-15")]),
+    ({"interface": "eth1:0"}, [IFACE("eth1:0")]),
+    ({"interface": None}, ["head: dspark_fabric_interface is not set (is not a Linux interface name). Fix: set the ConnectX netdev that"
+                           " carries the fabric address, e.g. enp1s0f1np1"]),
+    ({"mtu": 1499}, [MTU(1499)]),
+    ({"mtu": 9217}, [MTU(9217)]),
+    ({"mtu": "9000.0"}, [MTU("9000.0")]),
+    ({"mtu": True}, [MTU(True)]),
+    ({"hca": "rocep1s0f1 roceP2p1s0f1"},
+     ["head: dspark_fabric_hca='rocep1s0f1 roceP2p1s0f1' is not in NCCL_IB_HCA syntax. Fix: write one string of device[:port] names"
+      " separated by commas, e.g. rocep1s0f1 or =rocep1s0f1,roceP2p1s0f1"]),
+    ({"hca": ["rocep1s0f1"]},
+     ["head: dspark_fabric_hca=['rocep1s0f1'] is not in NCCL_IB_HCA syntax. Fix: write one string of device[:port] names"
+      " separated by commas, e.g. rocep1s0f1 or =rocep1s0f1,roceP2p1s0f1"]),
+    ({"hca": "^=rocep1s0f1:1,roceP2p1s0f1:1"}, []),
+    ({"cidr": "192.168.100.0"}, [CIDR("192.168.100.0")]),
+    ({"cidr": "192.168.100.0/33"}, [CIDR("192.168.100.0/33")]),
+    ({"cidr": None}, ["group g: dspark_fabric_cidr is not set (is not an IPv4 network in CIDR form). Fix: write it as network/prefix,"
+                      " e.g. 192.168.100.0/24"]),
     ({"cidr": "192.168.100.0/32", "addresses": {"head": "192.168.100.0", "worker": "192.168.100.0"}},
-     [CIDR % "192.168.100.0/32", "dspark_fabric_address repeats within group g (head=192.168.100.0, worker=192.168.100.0). Fix: give every"
-      " node its own address."]),
-    ({"cidr": "fe80::/64"}, [CIDR % "fe80::/64"]),
-    # Recorded on the fleet lab (pair_b, worker outside the network; trio_c, one address not IPv4).
+     ["group g: dspark_fabric_cidr='192.168.100.0/32' holds one address only. Fix: use a network with an address for every node, e.g. a /30",
+      "worker: dspark_fabric_address='192.168.100.0' is also the address of head. Fix: give every node of the group its own fabric address"]),
+    ({"cidr": "fe80::/64"}, [CIDR("fe80::/64")]),
+    # The fleet lab's broken cases (pair_b, worker outside the network; trio_c, one address not IPv4).
     ({"group": "pair_b", "cidr": "192.168.102.0/24", "addresses": {"spark-b0": "192.168.102.1", "spark-b1": "192.168.111.1"},
       "host": "spark-b0"},
-     ["dspark_fabric_cidr=192.168.102.0/24 does not hold (as usable host addresses) the fabric addresses spark-b1=192.168.111.1 of group pair_b"
-      " (all: spark-b0=192.168.102.1, spark-b1=192.168.111.1). Fix: set dspark_fabric_cidr to a network that holds every address of the"
-      " group, e.g. 192.168.96.0/20, or correct dspark_fabric_address."]),
+     ["spark-b1: dspark_fabric_address='192.168.111.1' is outside dspark_fabric_cidr (192.168.102.0/24). Fix: choose an address inside"
+      " 192.168.102.0/24 or set dspark_fabric_cidr to a network that holds every address of the group, e.g. 192.168.96.0/20"]),
+    ({"addresses": {"head": "192.168.100.1", "worker": "10.0.0.2"}},
+     ["worker: dspark_fabric_address='10.0.0.2' is outside dspark_fabric_cidr (192.168.100.0/24). Fix: choose an address inside"
+      " 192.168.100.0/24 or set dspark_fabric_cidr to a network that holds every address of the group"]),
     ({"group": "trio_c", "addresses": {"c0": "192.168.100.1", "c1": "192.168.100.2", "c2": "300.1.1.1"}, "host": "c0"},
-     ["dspark_fabric_address is not an IPv4 address on c2=300.1.1.1. Fix: give every node of group trio_c its own fabric IPv4 inside"
-      " dspark_fabric_cidr."]),
-    # Stricter than the Jinja was (ansible.utils read a decimal integer as an address); preflight refuses it too.
-    ({"addresses": {"head": "192.168.100.1", "worker": "3232261122"}},
-     ["dspark_fabric_address is not an IPv4 address on worker=3232261122. Fix: give every node of group g its own fabric IPv4 inside"
-      " dspark_fabric_cidr."]),
-    ({"addresses": {"head": "192.168.100.1", "worker": "192.168.100.1/24"}},
-     ["dspark_fabric_address is not an IPv4 address on worker=192.168.100.1/24. Fix: give every node of group g its own fabric IPv4 inside"
-      " dspark_fabric_cidr."]),
+     [NOT_IP("c2", "300.1.1.1")]),
+    # Stricter than ansible.utils (which read a decimal integer as an address).
+    ({"addresses": {"head": "192.168.100.1", "worker": "3232261122"}}, [NOT_IP("worker", "3232261122")]),
+    ({"addresses": {"head": "192.168.100.1", "worker": "192.168.100.1/24"}}, [NOT_IP("worker", "192.168.100.1/24")]),
+    ({"addresses": {"head": "192.168.100.1", "worker": ""}},
+     ["worker: dspark_fabric_address is not set (is not an IPv4 address). Fix: set this node's address on the fabric, inside"
+      " dspark_fabric_cidr (192.168.100.0/24)"]),
     ({"addresses": {"head": "192.168.100.0", "worker": "192.168.100.255"}},
-     ["dspark_fabric_cidr=192.168.100.0/24 does not hold (as usable host addresses) the fabric addresses head=192.168.100.0,"
-      " worker=192.168.100.255 of group g (all: head=192.168.100.0, worker=192.168.100.255). Fix: set dspark_fabric_cidr to a network that"
-      " holds every address of the group, e.g. 192.168.100.0/24, or correct dspark_fabric_address."]),
+     ["head: dspark_fabric_address='192.168.100.0' is the network or broadcast address of 192.168.100.0/24. Fix: use a host address between"
+      " 192.168.100.1 and 192.168.100.254",
+      "worker: dspark_fabric_address='192.168.100.255' is the network or broadcast address of 192.168.100.0/24. Fix: use a host address"
+      " between 192.168.100.1 and 192.168.100.254"]),
     ({"secondary_interface": "enp1s0f1np1", "secondary_cidr": "192.168.101.0/24"},
-     ["fabric_secondary_interface=enp1s0f1np1 is not a Linux interface name other than dspark_fabric_interface. Fix: set the second"
-      " interface of the port, e.g. enP2p1s0f1np1, or leave it empty."]),
+     [SECOND % "interface='enp1s0f1np1' is not a Linux interface name other than dspark_fabric_interface. Fix: set the second interface of"
+      " the port, e.g. enP2p1s0f1np1, or leave it empty"]),
     ({"secondary_interface": "enp2", "secondary_cidr": "192.168.101.1/24"},
-     ["fabric_secondary_cidr=192.168.101.1/24 is not an IPv4 network in CIDR form without host bits. Fix: give the second interface its own"
-      " network, e.g. 192.168.101.0/30."]),
+     [SECOND % "cidr='192.168.101.1/24' is not an IPv4 network in CIDR form without host bits. Fix: give the second interface its own"
+      " network, e.g. 192.168.101.0/30"]),
+    ({"secondary_interface": "enp2", "secondary_cidr": ""},
+     [SECOND % "cidr is not set (is not an IPv4 network in CIDR form without host bits). Fix: give the second interface its own"
+      " network, e.g. 192.168.101.0/30"]),
     ({"secondary_interface": "enp2", "secondary_cidr": "192.168.100.128/25"},
-     ["fabric_secondary_cidr=192.168.100.128/25 overlaps dspark_fabric_cidr=192.168.100.0/24. Fix: each interface of the port needs its own"
-      " subnet."]),
+     [SECOND % "cidr='192.168.100.128/25' overlaps dspark_fabric_cidr (192.168.100.0/24). Fix: each interface of the port needs its own"
+      " subnet"]),
     ({"secondary_interface": "enp2", "secondary_cidr": "192.168.0.0/16"},
-     ["fabric_secondary_cidr=192.168.0.0/16 overlaps dspark_fabric_cidr=192.168.100.0/24. Fix: each interface of the port needs its own"
-      " subnet."]),
+     [SECOND % "cidr='192.168.0.0/16' overlaps dspark_fabric_cidr (192.168.100.0/24). Fix: each interface of the port needs its own"
+      " subnet"]),
     ({"secondary_interface": "enp2", "secondary_cidr": "10.0.0.0/30", "host": "worker",
       "addresses": {"head": "192.168.100.1", "worker": "192.168.100.3"}},
-     ["fabric_secondary_cidr=10.0.0.0/30 is too small for host number 3 of dspark_fabric_address=192.168.100.3. Fix: use a network as large"
-      " as dspark_fabric_cidr or set fabric_secondary_address."]),
+     [SECOND_W % "cidr='10.0.0.0/30' is too small for host number 3 of dspark_fabric_address=192.168.100.3. Fix: use a network as large"
+      " as dspark_fabric_cidr or set fabric_secondary_address"]),
     ({"secondary_interface": "enp2", "secondary_cidr": "10.0.0.0/30", "host": "worker"}, []),
     ({"secondary_interface": "enp2", "secondary_cidr": "10.0.0.0/31", "host": "worker"},
-     ["fabric_secondary_cidr=10.0.0.0/31 is too small for host number 2 of dspark_fabric_address=192.168.100.2. Fix: use a network as large"
-      " as dspark_fabric_cidr or set fabric_secondary_address."]),
+     [SECOND_W % "cidr='10.0.0.0/31' is too small for host number 2 of dspark_fabric_address=192.168.100.2. Fix: use a network as large"
+      " as dspark_fabric_cidr or set fabric_secondary_address"]),
     ({"secondary_interface": "enp2", "secondary_cidr": "10.0.0.0/30", "secondary_address": "10.0.0.3"},
-     ["fabric_secondary_address=10.0.0.3 is not a usable address of fabric_secondary_cidr=10.0.0.0/30. Fix: choose an address inside it."]),
+     [SECOND % "address='10.0.0.3' is not a usable address of fabric_secondary_cidr (10.0.0.0/30). Fix: choose an address inside it"]),
     ({"secondary_interface": "enp2", "secondary_cidr": "10.0.0.0/30", "secondary_address": "10.0.0.2", "host": "worker"}, []),
 ])
 def test_input_problems(overrides, problems):
@@ -112,15 +150,32 @@ def test_input_problems(overrides, problems):
     assert fp.input_problems(inputs(host, addresses, **overrides)) == problems
 
 
-@pytest.mark.parametrize("group, host, known", [("nope", "head", False), (None, "head", False), ("g", "stranger", True)])
-def test_input_problems_group(group, host, known):
+@pytest.mark.parametrize("group, host, known, problem", [
+    ("nope", "head", False, "names no inventory group"),
+    (None, "head", False, "is not set"),
+    ("", "head", False, "is not set"),
+    ("g", "stranger", True, "names a group this host is not in"),
+])
+def test_input_problems_group(group, host, known, problem):
     values = inputs(host)
     values["group"] = group
     values["model"] = gm.group_model(group, {"g": ["head", "worker"]}, {"head": {"dspark_rank": 0}, "worker": {"dspark_rank": 1}}, host)
     assert values["model"]["known"] is known
-    assert fp.input_problems(values)[0] == (
-        "dspark_group=%s is not an inventory group that holds this host. Fix: set dspark_group to the name of the serving group of this host."
-        % ("(unset)" if group is None else group))
+    first = fp.input_problems(values)[0]
+    shown = ("dspark_group=%r " % group) if group else "dspark_group is not set ("
+    assert first.startswith("%s: %s%s" % (host, shown, problem)), first
+
+
+def test_group_rules_take_preflight_limits():
+    values = inputs(mtu=1400)
+    assert fp.group_findings(values, mtu_min=1280, mtu_max=9216) == []
+    assert fp.group_findings(values)[0][:4] == ("group g", "dspark_fabric_mtu", 1400, "is outside 1500-9216")
+
+
+def test_group_rules_name_the_host_when_the_group_is_unknown():
+    values = inputs(mtu=1)
+    values["model"] = gm.group_model("nope", {}, {}, "head")
+    assert fp.group_findings(values)[0][0] == "head"
 
 
 @pytest.mark.parametrize("host, overrides, expected", [
@@ -333,3 +388,15 @@ def test_filter_shell():
         {"dest": "/x", "mode": "0644", "content": ""}]
     with pytest.raises(Exception, match="unknown part"):
         fabric_plan(values, "nope")
+
+
+def test_input_rules_and_links_never_raise_on_garbage():
+    """The role sets links, problems and pre_args in one set_fact before it asserts: bad inputs must not crash them."""
+    values = [None, "", "x", "300.1.1.1", "192.168.100.1/24", "10.0.0.0/33", ["a"], True]
+    for address, cidr, scidr, saddress in itertools.product(values, repeat=4):
+        model = gm.group_model("g", {"g": ["h"]}, {"h": {"dspark_rank": 0, "dspark_fabric_address": address}}, "h")
+        values_in = {"host": "h", "group": "g", "model": model, "interface": "eth1", "hca": "x", "address": address, "cidr": cidr,
+                     "mtu": "x", "secondary_interface": "eth2", "secondary_cidr": scidr, "secondary_address": saddress}
+        assert fp.input_problems(values_in)
+        fp.links(values_in)
+        fp.pre_args(values_in)

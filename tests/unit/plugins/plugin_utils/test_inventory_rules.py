@@ -8,6 +8,7 @@ GROUP = {
     "dspark_group": "pair_a",
     "dspark_fabric_cidr": "192.168.100.0/24",
     "dspark_fabric_interface": "enp1s0f1np1",
+    "dspark_fabric_hca": "rocep1s0f1",
     "dspark_fabric_mtu": 9000,
     "dspark_gpus_per_node": 1,
     "dspark_tensor_parallel_size": 2,
@@ -61,9 +62,9 @@ def test_valid_pair_has_no_findings():
     ({"worker__dspark_fabric_address": "192.168.100.300"}, "worker", "dspark_fabric_address", "not an IPv4 address"),
     ({"worker__dspark_fabric_address": "192.168.100.255"}, "worker", "dspark_fabric_address", "broadcast"),
     ({"worker__dspark_fabric_address": None}, "worker", "dspark_fabric_address", "is not set"),
-    ({"dspark_fabric_interface": "enp1s0f1np1-too-long"}, "head", "dspark_fabric_interface", "not a Linux interface name"),
+    ({"dspark_fabric_interface": "enp1s0f1np1-too-long"}, "group pair_a", "dspark_fabric_interface", "not a Linux interface name"),
     # An address label, not a netdev: the fabric role refuses it too.
-    ({"dspark_fabric_interface": "eth1:0"}, "head", "dspark_fabric_interface", "not a Linux interface name"),
+    ({"dspark_fabric_interface": "eth1:0"}, "group pair_a", "dspark_fabric_interface", "not a Linux interface name"),
     ({"dspark_tensor_parallel_size": 4}, "group pair_a", "dspark_tensor_parallel_size", "2 x 1 = 2"),
     ({"dspark_gpus_per_node": 0}, "group pair_a", "dspark_gpus_per_node", "=0"),
     ({"dspark_fabric_mtu": 65000}, "group pair_a", "dspark_fabric_mtu", "outside 1500-9216"),
@@ -82,9 +83,23 @@ def test_valid_pair_has_no_findings():
     ({"head__dspark_image": "ghcr.io/x/y:1"}, "group pair_a", "dspark_image", "differs"),
     ({"worker__ansible_host": "192.168.100.2"}, "worker", "dspark_fabric_address", "equals the management address (ansible_host"),
     ({"head__dspark_mgmt_address": "192.168.100.1"}, "head", "dspark_fabric_address", "equals the management address (dspark_mgmt"),
-    ({"dspark_fabric_hca": ["rocep1s0f1"]}, "head", "dspark_fabric_hca", "not in NCCL_IB_HCA syntax"),
-    ({"dspark_fabric_hca": "rocep1s0f1 roceP2p1s0f1"}, "head", "dspark_fabric_hca", "not in NCCL_IB_HCA syntax"),
-    ({"dspark_fabric_hca": "rocep1s0f1;roceP2p1s0f1"}, "worker", "dspark_fabric_hca", "not in NCCL_IB_HCA syntax"),
+    ({"dspark_fabric_hca": ["rocep1s0f1"]}, "group pair_a", "dspark_fabric_hca", "not in NCCL_IB_HCA syntax"),
+    ({"dspark_fabric_hca": "rocep1s0f1 roceP2p1s0f1"}, "group pair_a", "dspark_fabric_hca", "not in NCCL_IB_HCA syntax"),
+    ({"dspark_fabric_hca": "rocep1s0f1;roceP2p1s0f1"}, "group pair_a", "dspark_fabric_hca", "not in NCCL_IB_HCA syntax"),
+    # The fabric role's own rules (plugin_utils._fabric_plan), run by preflight too.
+    ({"worker__dspark_fabric_hca": None}, "worker", "dspark_fabric_hca", "is not set (NCCL needs the RDMA device(s)"),
+    ({"worker__dspark_fabric_hca": ""}, "worker", "dspark_fabric_hca", "is not set (NCCL needs the RDMA device(s)"),
+    ({"fabric_secondary_interface": "enp2", "fabric_secondary_cidr": "192.168.101.1/24"}, "group pair_a", "fabric_secondary_cidr",
+     "'192.168.101.1/24' is not an IPv4 network in CIDR form without host bits"),
+    ({"fabric_secondary_interface": "enp2", "fabric_secondary_cidr": "192.168.100.0/25"}, "group pair_a", "fabric_secondary_cidr",
+     "overlaps dspark_fabric_cidr"),
+    ({"fabric_secondary_interface": "enp2"}, "group pair_a", "fabric_secondary_cidr", "is not set"),
+    ({"head__fabric_secondary_interface": "enp1s0f1np1", "head__fabric_secondary_cidr": "192.168.101.0/24"}, "head",
+     "fabric_secondary_interface", "other than dspark_fabric_interface"),
+    ({"worker__fabric_secondary_interface": "enp2", "worker__fabric_secondary_cidr": "10.0.0.0/31"}, "worker", "fabric_secondary_cidr",
+     "too small for host number 2"),
+    ({"head__fabric_secondary_interface": "enp2", "head__fabric_secondary_cidr": "10.0.0.0/30",
+      "head__fabric_secondary_address": "10.0.0.3"}, "head", "fabric_secondary_address", "is not a usable address"),
     ({"worker__dspark_group": None}, "worker", "dspark_group", "is not set"),
     ({"worker__dspark_group": "pair_z"}, "worker", "dspark_group", "names no inventory group"),
 ])
@@ -148,9 +163,29 @@ def test_every_problem_is_reported_at_once():
     assert len(findings.errors) >= 3
 
 
-@pytest.mark.parametrize("hca", ["rocep1s0f1", "=rocep1s0f1,roceP2p1s0f1", "^mlx5_1", "mlx5_0:1,mlx5_1:1", "^=rxe0", None])
+@pytest.mark.parametrize("hca", ["rocep1s0f1", "=rocep1s0f1,roceP2p1s0f1", "^mlx5_1", "mlx5_0:1,mlx5_1:1", "^=rxe0"])
 def test_hca_syntax_accepted(hca):
     findings, dummy = run(*pair(dspark_fabric_hca=hca))
+    assert findings.errors == []
+
+
+def test_a_node_rule_broken_on_one_member_names_that_member():
+    findings, dummy = run(*pair(worker__dspark_fabric_interface="eth1:0"))
+    assert [e.split("=")[0] for e in findings.errors] == ["worker: dspark_fabric_interface"]
+
+
+def test_second_fabric_link_accepted():
+    findings, dummy = run(*pair(fabric_secondary_interface="enP2p1s0f1np1", fabric_secondary_cidr="192.168.101.0/24"))
+    assert findings.errors == []
+
+
+def test_group_wide_fabric_rules_are_reported_once_per_group():
+    findings, dummy = run(*pair(dspark_fabric_mtu=100, dspark_fabric_cidr="192.168.100.0/33"))
+    assert [e.split("=")[0] for e in findings.errors] == ["group pair_a: dspark_fabric_mtu", "group pair_a: dspark_fabric_cidr"]
+
+
+def test_preflight_mtu_limits_apply_to_the_fabric_rule():
+    findings, dummy = run(*pair(dspark_fabric_mtu=1400), mtu_min=1280)
     assert findings.errors == []
 
 
