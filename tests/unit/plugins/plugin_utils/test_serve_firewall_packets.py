@@ -82,9 +82,10 @@ def script(tmp_path, ruleset_path):
     (tmp_path / "listen.py").write_text(LISTEN)
     (tmp_path / "probe.py").write_text(PROBE)
     py = sys.executable
-    probes = lambda tag: "\n".join(  # noqa: E731
-        "ip netns exec %s %s %s/probe.py %s > %s/%s-%s.json" % (name, py, tmp_path, " ".join(items), tmp_path, tag, name)
-        for name, items in ns.items())
+
+    def probes(tag):
+        return "\n".join("ip netns exec %s %s %s/probe.py %s > %s/%s-%s.json" % (name, py, tmp_path, " ".join(items), tmp_path, tag, name)
+                         for name, items in ns.items())
     return textwrap.dedent("""
         set -e
         mkdir -p /run/netns && mount -t tmpfs none /run/netns
