@@ -14,6 +14,7 @@ Plain Python, no Ansible imports: the action plugin dspark.cluster.preflight_val
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 
@@ -296,6 +297,59 @@ def check_group_ranks(name, members, values_of, world_size):
                 problems.append((host, var, value, "is not a rank of group %s (ranks 0..%d)" % (name, last),
                                  "set the rank of the node that holds the checkpoint, 0..%d" % last))
     return problems
+
+
+_TRUE_STRINGS = frozenset(("y", "yes", "on", "1", "true", "t"))
+_LOOPBACK_NAMES = frozenset(("localhost", "localhost.localdomain", "ip6-localhost"))
+
+
+def is_loopback(host):
+    """True when an API bind address (serve_host) listens on loopback only: 127.0.0.0/8, ::1, localhost."""
+    text = str(host).strip().strip("[]").lower()
+    if text in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
+
+
+def _is_true(value):
+    if isinstance(value, bool):
+        return value
+    return isinstance(value, (str, int)) and str(value).strip().lower() in _TRUE_STRINGS
+
+
+def check_api_auth(name, members, values_of, specs):
+    """Closed by default (issue #13): the head's API beyond loopback needs a key, or serve_allow_unauthenticated.
+
+    The head (members[0], rank order) decides; the problem is returned for every member so that place() reports a
+    group-wide setting once, for the group. Role defaults are not in hostvars: an unset name reads its spec default.
+    A key's value is never part of a message.
+    """
+    if not members:
+        return []
+    values = values_of(members[0])
+
+    def read(var):
+        value = values.get(var)
+        if value is None:
+            return (specs.get(var) or {}).get("default")
+        return value
+
+    names = ("serve_host", "serve_api_key", "serve_api_keys", "serve_allow_unauthenticated")
+    if any(isinstance(values.get(var), TemplateFailure) for var in names):
+        return []  # reported as a template failure
+    host = read("serve_host")
+    if host is None or is_loopback(host) or _is_true(read("serve_allow_unauthenticated")):
+        return []
+    if read("serve_api_key") or read("serve_api_keys"):
+        return []
+    problem = ("makes the API of group %s listen beyond loopback (head %s) while serve_api_key and serve_api_keys are empty: "
+               "anyone who reaches the port can use the model" % (name, members[0]))
+    fix = ("set serve_api_key (or serve_api_keys), or bind the API to 127.0.0.1 (serve_host), or accept an open API "
+           "with serve_allow_unauthenticated: true")
+    return [(member, "serve_host", host, problem, fix) for member in members]
 
 
 def without_lines_about(lines, pairs):

@@ -70,6 +70,8 @@ check() {
   need make make
   need qemu-system-x86 qemu-system-x86_64
   need qemu-utils qemu-img
+  # The serve firewall's unit tests apply rulesets in a user + network namespace (skipped without nft).
+  need nftables nft
 }
 
 check

@@ -24,9 +24,10 @@ PROVIDES = {
     "make": ["make"],
     "qemu-system-x86": ["qemu-system-x86_64"],
     "qemu-utils": ["qemu-img"],
+    "nftables": ["nft"],
 }
 LAB = ["docker.io", "debootstrap", "openssh-client", "rsync"]
-TEST_ONLY = ["git", "shellcheck", "make", "qemu-system-x86", "qemu-utils"]
+TEST_ONLY = ["git", "shellcheck", "make", "qemu-system-x86", "qemu-utils", "nftables"]
 APT_INSTALL = ["apt-get", "install", "-y", "-qq", "--no-install-recommends"]
 
 

@@ -103,6 +103,12 @@ CASES = [
         ("group pair_a", "serve_env", "'NCCL_DEBUG=INFO' is a string, not a dict"),
         ("group pair_a", "serve_max_num_seqs", "'eight' is not an integer"),
     ]),
+    ("open API without a key", BASE + ("open_api.yml",), ("-e", "serve_allow_unauthenticated=false"), None, [
+        ("group pair_a", "serve_host", "'0.0.0.0' makes the API of group pair_a listen beyond loopback"),
+    ]),
+    ("open API on an address given with -e", BASE + ("open_api.yml",), ("-e", "serve_host=10.77.77.1"), None, [
+        ("extra vars (-e)", "serve_host", "'10.77.77.1' makes the API of group pair_a listen beyond loopback"),
+    ]),
     ("unparseable inventory without ansible.cfg's setting", ("unparseable.yml",), (),
      {"ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "false", "ANSIBLE_INVENTORY_UNPARSED_FAILED": "false"},
      [("inventory", "hosts", "[] has no host: it did not parse")]),

@@ -40,11 +40,17 @@ def test_secrets_file_is_private():
     assert secrets.mode == 0o600 and secrets.user == "root"
 
 
-def test_head_generates():
-    out = lab_node("spark-head").check_output(
-        "curl -fsS -m 20 -H 'Content-Type: application/json' http://127.0.0.1:8888/v1/chat/completions "
+CHAT = ("curl -sS -m 20 -H 'Content-Type: application/json' %s http://127.0.0.1:8888/v1/chat/completions "
         "-d '{\"model\": \"deepseek-v4-flash\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 8}'")
+
+
+def test_head_generates():
+    """The lab inventory sets a key (closed by default, issue #13): with it the head answers, without it 401."""
+    key = yaml.safe_load((LAB / "group_vars" / "dspark.yml").read_text())["serve_api_key"]
+    out = lab_node("spark-head").check_output(CHAT % ("-f -H 'Authorization: Bearer %s'" % key))
     assert json.loads(out)["choices"]
+    code = lab_node("spark-head").check_output(CHAT % "-o /dev/null -w '%{http_code}'")
+    assert code.strip() == "401", code
 
 
 def test_status_playbook_reports_a_serving_group():

@@ -16,6 +16,7 @@ BASE = {
     "dspark_image": "ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:" + "b" * 64,
     "dspark_model": "deepseek-ai/DeepSeek-V4-Flash-0731",
     "dspark_model_revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb", "dspark_checkpoint_mode": "scp",
+    "serve_api_key": "unit-test-key-4711",  # closed by default: an API on 0.0.0.0 needs a key
 }
 
 
@@ -45,6 +46,20 @@ def test_valid_inventory_passes_without_touching_the_connection():
     assert result["changed"] is False
     assert result["groups"]["pair_a"]["members"] == ["a-head", "a-worker"]
     assert not connection.exec_command.called
+
+
+def test_open_api_without_a_key_is_one_line_for_the_group():
+    action, dummy = make_action()
+    tv = task_vars()
+    for values in tv["hostvars"].values():
+        values["serve_api_key"] = ""
+    result = action.run(task_vars=tv)
+    assert result.get("failed"), result
+    lines = [line for line in result["errors"] if "serve_host" in line]
+    assert len(lines) == 1 and lines[0].startswith("group pair_a: serve_host='0.0.0.0' makes the API of group pair_a"), lines
+    for values in tv["hostvars"].values():
+        values["serve_allow_unauthenticated"] = True
+    assert not action.run(task_vars=tv).get("failed")
 
 
 def test_errors_fail_with_every_problem_listed():

@@ -1,0 +1,158 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The serve role's nftables ruleset for one member of a serving group (private, controller side, stdlib only).
+
+One table of its own, `table inet dspark_serve`, with one input chain (policy accept: the operator's other rules and
+services are untouched; a drop here is final whatever other tables accept):
+
+- loopback, established/related traffic and SSH are always accepted;
+- the group's fabric peers (their dspark_fabric_address) are accepted on every port: the rendezvous (master) port
+  and the engine's other ports (NCCL/Gloo bootstrap and ZMQ sockets on ephemeral ports, bound to the fabric address);
+- the API port is accepted from serve_api_allowed_cidrs (plus loopback and the fleet's routers), then dropped;
+- the master port is dropped from anyone else, and so is anything else addressed to this node's fabric address.
+
+The file replaces the table atomically (`table`, `delete table`, `table {...}` in one nft transaction).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+
+TABLE = "dspark_serve"
+LOOPBACK = ("127.0.0.0/8", "::1/128")
+
+
+def _networks(values, var, problems):
+    """(ipv4 networks, ipv6 networks) as text, in the order given, duplicates dropped."""
+    v4, v6 = [], []
+    if not isinstance(values, (list, tuple)):
+        problems.append("%s=%r is not a list of networks. Fix: write a YAML list, e.g. [10.0.0.0/24]" % (var, values))
+        return v4, v6
+    for value in values:
+        try:
+            net = ipaddress.ip_network(str(value).strip(), strict=True)
+        except ValueError as error:
+            problems.append("%s has %r, which is not a network in CIDR form (%s). Fix: write address/prefix with the host "
+                            "bits zero, e.g. 10.0.0.0/24 or 192.0.2.7/32" % (var, value, error))
+            continue
+        target = v4 if net.version == 4 else v6
+        text = str(net) if net.prefixlen != net.max_prefixlen else str(net.network_address)
+        if text not in target:
+            target.append(text)
+    return v4, v6
+
+
+def _collapse(texts):
+    nets = ipaddress.collapse_addresses(ipaddress.ip_network(t) for t in texts)
+    return [str(n) if n.prefixlen != n.max_prefixlen else str(n.network_address) for n in nets]
+
+
+def _ports(values, var, problems):
+    ports = []
+    for value in values if isinstance(values, (list, tuple)) else [values]:
+        if isinstance(value, bool) or not str(value).strip().isdigit() or not 1 <= int(value) <= 65535:
+            problems.append("%s has %r, which is not a TCP port. Fix: use 1-65535" % (var, value))
+            continue
+        if int(value) not in ports:
+            ports.append(int(value))
+    return ports
+
+
+def _address(value):
+    try:
+        addr = ipaddress.ip_address(str(value).strip())
+    except ValueError:
+        return None
+    return str(addr) if addr.version == 4 else None
+
+
+def _set(name, kind, elements, interval=False):
+    lines = ["\tset %s {" % name, "\t\ttype %s" % kind]
+    if interval:
+        lines.append("\t\tflags interval")
+    if elements:
+        lines.append("\t\telements = { %s }" % ", ".join(elements))
+    lines.append("\t}")
+    return lines
+
+
+def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE):
+    """{'ruleset', 'digest', 'problems', 'peers', 'api_v4', 'api_v6', 'ports'} for the host of a group model.
+
+    model: the filter dspark.cluster.group_model's answer seen from the host (addresses, peers, host, ports).
+    api_allowed_cidrs: serve_api_allowed_cidrs; routers: addresses of the fleet's router hosts (each a /32 or /128).
+    """
+    problems = []
+    addresses = model.get("addresses") or {}
+    host = model.get("host")
+    own = _address(addresses.get(host))
+    if own is None:
+        problems.append("%s: dspark_fabric_address=%r is not an IPv4 address; the firewall needs it. Fix: set this node's "
+                        "fabric address" % (host, addresses.get(host)))
+    peers = []
+    for peer in model.get("peers") or []:
+        addr = _address(addresses.get(peer))
+        if addr is None:
+            problems.append("%s: dspark_fabric_address=%r is not an IPv4 address; the firewall cannot allow it. Fix: set "
+                            "that node's fabric address" % (peer, addresses.get(peer)))
+        elif addr not in peers and addr != own:
+            peers.append(addr)
+    ports = {}
+    for name in ("master_port", "api_port"):
+        found = _ports([model.get(name)], "dspark_" + name, problems) if model.get(name) is not None else []
+        if not found:
+            problems.append("group %s: dspark_%s=%r is not a TCP port. Fix: use 1-65535" % (model.get("group"), name, model.get(name)))
+        ports[name] = found[0] if found else None
+    ssh = _ports(ssh_ports, "serve_firewall_ssh_ports", problems)
+    if not ssh:
+        problems.append("serve_firewall_ssh_ports=%r opens no SSH port: the firewall would lock Ansible out. Fix: list the "
+                        "SSH port(s), e.g. [22]" % (ssh_ports,))
+    if api_allowed_cidrs is None:
+        api_allowed_cidrs = []
+    if isinstance(api_allowed_cidrs, (list, tuple)):
+        api_allowed_cidrs = list(LOOPBACK) + list(api_allowed_cidrs)
+    api_v4, api_v6 = _networks(api_allowed_cidrs, "serve_api_allowed_cidrs", problems)
+    for router in routers or []:
+        try:
+            addr = ipaddress.ip_address(str(router).strip())
+        except ValueError:
+            continue  # a router name that is not an address: list its network in serve_api_allowed_cidrs
+        target = api_v4 if addr.version == 4 else api_v6
+        if str(addr) not in target:
+            target.append(str(addr))
+    # nft refuses overlapping intervals in one set: merge them (sorted, each network once).
+    api_v4, api_v6 = _collapse(api_v4), _collapse(api_v6)
+    result = {"problems": problems, "peers": peers, "api_v4": api_v4, "api_v6": api_v6, "ports": dict(ports, ssh=ssh),
+              "ruleset": "", "digest": "", "table": table}
+    if problems:
+        return result
+    api, master = ports["api_port"], ports["master_port"]
+    lines = [
+        "# dspark.cluster serve firewall of %s (group %s), generated by the serve role: edits are replaced." % (host, model.get("group")),
+        "# Replaces table inet %s atomically; other tables are untouched." % table,
+        "table inet %s" % table,
+        "delete table inet %s" % table,
+        "table inet %s {" % table,
+    ]
+    lines += _set("fabric_peers", "ipv4_addr", peers)
+    lines += _set("api_allowed_v4", "ipv4_addr", api_v4, interval=True)
+    lines += _set("api_allowed_v6", "ipv6_addr", api_v6, interval=True)
+    lines += [
+        "\tchain input {",
+        "\t\ttype filter hook input priority filter; policy accept;",
+        '\t\tiif "lo" accept',
+        "\t\tct state established,related accept",
+        "\t\ttcp dport { %s } accept comment \"SSH, always open\"" % ", ".join(str(p) for p in ssh),
+        "\t\tip saddr @fabric_peers accept comment \"the group's fabric peers: rendezvous and engine ports\"",
+        "\t\ttcp dport %d ip saddr @api_allowed_v4 accept comment \"API from serve_api_allowed_cidrs\"" % api,
+        "\t\ttcp dport %d ip6 saddr @api_allowed_v6 accept comment \"API from serve_api_allowed_cidrs\"" % api,
+        "\t\ttcp dport { %s } drop comment \"API and rendezvous from anyone else\"" % ", ".join(str(p) for p in sorted({api, master})),
+        "\t\tip daddr %s drop comment \"the engine's other ports on the fabric address\"" % own,
+        "\t}",
+        "}",
+    ]
+    ruleset = "\n".join(lines) + "\n"
+    result.update(ruleset=ruleset, digest=hashlib.sha256(ruleset.encode("utf-8")).hexdigest())
+    return result
