@@ -13,7 +13,8 @@ version_added: 0.1.0
 description:
   - Reads the C(dspark_*) variables of every host in the play and of every member of their serving groups,
     and checks group shape (one head with C(dspark_rank=0), contiguous ranks, at least one worker, no host in
-    two groups, the whole group in the play), fabric addressing (the fabric role's own input rules, for interface, HCA, MTU, CIDR, addresses and the second link),
+    two groups, the whole group in the play), fabric addressing (the fabric role's own input rules, for
+    interface, HCA, MTU, CIDR, addresses and the second link),
     MTU range, tensor-parallel size = nodes x GPUs per node, ports, image reference, model id and revision,
     and checkpoint mode.
   - Also checks every role variable set for those hosts (inventory, group_vars, host_vars, extra vars) against
