@@ -2,12 +2,13 @@
 # Copyright: contributors to dspark.cluster
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The checkpoint role's SCP copy in parallel streams: the file list, its buckets, the rsync command lines and
-the diagnosis of a stream that stopped. Pure functions (no AnsibleModule), run on the source node."""
+the diagnosis of a stream that stopped, and starting the rsync processes (no AnsibleModule), run on the source node."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
 
 # rsync(1) EXIT VALUES, the ones a copy over SSH can end with.
 RSYNC_EXIT = {
@@ -85,7 +86,7 @@ def balance(files, streams):
     streams = int(streams)
     if streams < 1:
         raise ValueError('streams must be at least 1, got %r' % streams)
-    buckets = [{'files': [], 'bytes': 0} for _ in range(streams)]
+    buckets = [{'files': [], 'bytes': 0} for dummy in range(streams)]
     for path, size in sorted(files, key=lambda f: (-int(f[1]), f[0])):
         target = min(range(streams), key=lambda i: (buckets[i]['bytes'], len(buckets[i]['files']), i))
         buckets[target]['files'].append(path)
@@ -121,6 +122,17 @@ SSH_FAILURES = ('ssh: ', 'Permission denied', 'Host key verification failed', 'n
                 'Could not resolve hostname')
 
 
+def start(argv):
+    """Start one rsync without waiting (the streams run at once: AnsibleModule.run_command blocks)."""
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def finish(proc):
+    """Wait for a started rsync: (rc, stdout, stderr) as text."""
+    out, err = proc.communicate()
+    return proc.returncode, out.decode('utf-8', 'replace'), err.decode('utf-8', 'replace')
+
+
 def diagnose(dest, label, rc, stderr, bucket, itemized=()):
     """One paragraph for a pass that ended with rc != 0: what stopped, what is kept, how to go on.
 
@@ -130,7 +142,7 @@ def diagnose(dest, label, rc, stderr, bucket, itemized=()):
     stderr = stderr or ''
     what = RSYNC_EXIT.get(rc, 'exit status %s' % rc) if rc >= 0 else 'killed by signal %d' % -rc
     started = [line.split(' ', 1)[1] for line in itemized if ' ' in line and line[:1] in '<>c']
-    lines = [l.strip() for l in stderr.splitlines() if l.strip()]
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     text = '%s: %s stopped: rsync %s (rc=%s).' % (dest, label, what, rc)
     if bucket is not None:
         text += ' Its bucket: %d file(s), %s bytes' % (len(bucket['files']), bucket['bytes'])

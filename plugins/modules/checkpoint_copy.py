@@ -64,8 +64,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Only the C(--dry-run) pass runs; it lists what would be copied and reports it as a change.
   diff_mode:
     support: none
+    description: The itemized list of rsync is returned in RV(stdout_lines) instead of a diff.
 """
 
 EXAMPLES = r"""
@@ -104,22 +106,12 @@ seconds:
 """
 
 import os
-import subprocess
 import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint_copy import (
-    balance, diagnose, list_files, rsync_argv, ssh_command, to_send)
-
-
-def start(argv):
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-
-
-def finish(proc):
-    out, err = proc.communicate()
-    return proc.returncode, out.decode('utf-8', 'replace'), err.decode('utf-8', 'replace')
+    balance, diagnose, finish, list_files, rsync_argv, ssh_command, start, to_send)
 
 
 def run(module):
@@ -153,7 +145,7 @@ def run(module):
     # One SSH session finds what is missing or differs: a present checkpoint costs one login, as before.
     planned = single_pass('dry run', True)
     pending = to_send(planned, sizes)
-    result['bytes_to_send'] = sum(size for _, size in pending)
+    result['bytes_to_send'] = sum(size for dummy, size in pending)
     if module.check_mode or failures or not planned:
         result['stdout_lines'] = planned
         result['changed'] = bool(planned) and not failures

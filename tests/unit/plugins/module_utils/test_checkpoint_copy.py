@@ -111,8 +111,8 @@ def test_rsync_argv(kw, expected):
 
 @pytest.mark.parametrize("rc, stderr, bucket, itemized, has", [
     (30, "rsync error: timeout in data send/receive (code 30)", {"files": ["a", "b"], "bytes": 9},
-     [">f+++++++++ blobs/a"], ["stream 2/4", "timeout", "2 file(s), 9 bytes", "last started: blobs/a",
-                              "partial file", "run the playbook again"]),
+     [">f+++++++++ blobs/a"],
+     ["stream 2/4", "timeout", "2 file(s), 9 bytes", "last started: blobs/a", "partial file", "run the playbook again"]),
     (255, "Unable to negotiate with 10.0.0.2 port 22: no matching cipher found", None, [],
      ["final pass", "ssh failed", "checkpoint_scp_cipher"]),
     (255, "ssh: connect to host 10.0.0.2 port 22: No route to host", None, [], ["known_hosts", "reachable"]),

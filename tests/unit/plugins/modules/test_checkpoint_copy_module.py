@@ -45,7 +45,7 @@ def run(capsys, src, dest, check=False, **extra):
 
 def tree(path):
     out = {}
-    for dirpath, _, files in os.walk(path):
+    for dirpath, dummy, files in os.walk(path):
         for name in files:
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, path)
@@ -72,7 +72,7 @@ def test_check_mode_lists_and_writes_nothing(capsys, tmp_path, src):
     dest = str(tmp_path / "dst")
     os.makedirs(dest)
     rc, res = run(capsys, src, dest, check=True)
-    assert rc == 0 and res["changed"] and any(l.startswith(">f") for l in res["stdout_lines"])
+    assert rc == 0 and res["changed"] and any(line.startswith(">f") for line in res["stdout_lines"])
     assert os.listdir(dest) == []
 
 
