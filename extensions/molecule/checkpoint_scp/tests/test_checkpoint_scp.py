@@ -1,6 +1,7 @@
-"""Verify the checkpoint_scp scenario: the worker's fake checkpoint reached the head byte for byte, a re-run
-changes nothing and is fast, a killed copy resumes, a corrupted file is named and repaired, a shard missing on
-the source fails the validation by name, the key is restricted, and the source tree was never modified."""
+"""Verify the checkpoint_scp scenario: the worker's fake checkpoint reached the head byte for byte (in parallel
+streams, the default), a re-run changes nothing and is fast, a killed stream is diagnosed and the copy resumes,
+--check lists and copies nothing, one stream is today's copy, a corrupted file is named and repaired, a shard
+missing on the source fails the validation by name, the key is restricted, and the source tree was never modified."""
 
 import json
 import os
@@ -69,7 +70,9 @@ def test_key_is_private_and_its_entry_restricted():
     entries = [line for line in TARGET.file("/root/.ssh/authorized_keys").content_string.splitlines()
                if "dspark.cluster checkpoint" in line]
     assert len(entries) == 1
-    assert entries[0].startswith('restrict,from="192.168.100.2",command="/usr/bin/rrsync -wo -no-del %s/hub"' % CACHE)
+    # -no-lock: the parallel streams (checkpoint_scp_streams, default 4) are parallel rrsync sessions.
+    assert entries[0].startswith(
+        'restrict,from="192.168.100.2",command="/usr/bin/rrsync -wo -no-del -no-lock %s/hub"' % CACHE)
     # The key does nothing else: a shell command is refused by the forced rrsync.
     run = SOURCE.run("ssh -i /etc/dspark/checkpoint/id_ed25519 -o BatchMode=yes -o IdentitiesOnly=yes "
                      "-o UserKnownHostsFile=/var/lib/dspark/checkpoint/known_hosts root@192.168.100.1 id")
@@ -99,6 +102,7 @@ def test_killed_copy_resumes():
             assert time.monotonic() < deadline, "the copy of %s never started" % SPARSE_SHARD
             time.sleep(0.5)
         time.sleep(4)  # about 80 MiB of the 1 GiB at --bwlimit=20m
+        # The stream that copies the 1 GiB shard (the largest file: the first bucket, so the oldest rsync client).
         pid = SOURCE.check_output("pgrep -o -x rsync")
         SOURCE.check_output("kill %s", pid)
         out, dummy = proc.communicate(timeout=120)
@@ -106,12 +110,42 @@ def test_killed_copy_resumes():
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0, out
+    out = " ".join(out.split())
+    # The diagnosis names the stopped stream, rsync's reason and the fix.
+    assert "The checkpoint copy was interrupted" in out and re.search(r"stream 1/\d stopped", out), out
+    assert "run the playbook again to resume" in out, out
     # --partial kept what had arrived under the shard's own name; the next run resumes from it.
     partial = TARGET.run("stat -c %%s %s/%s", SNAPSHOT, SPARSE_SHARD)
     assert partial.rc == 0 and 0 < int(partial.stdout) < 1024 ** 3, "no partial file kept: %s" % out
     rc, out, seconds = playbook()
     assert rc == 0, out
     print("resume: %.1f s" % seconds)
+    assert_identical()
+
+
+def test_check_mode_lists_and_changes_nothing():
+    TARGET.check_output("rm -f %s/%s", SNAPSHOT, DENSE_SHARD)
+    try:
+        rc, out, dummy = playbook("--check", "-v")  # -v: the copy task's itemized list
+        assert rc == 0, out
+        assert TARGET.run("test -e %s/%s", SNAPSHOT, DENSE_SHARD).rc != 0, "--check copied the shard"
+        assert DENSE_SHARD in out.split("Copy the snapshot")[1], out
+    finally:
+        rc, out, dummy = playbook()
+    assert rc == 0, out
+    assert_identical()
+
+
+def test_single_stream_is_todays_copy():
+    TARGET.check_output("rm -rf %s", MODEL_DIR)
+    rc, out, dummy = playbook("-e", "checkpoint_scp_streams=1")
+    assert rc == 0, out
+    assert_identical()
+    entry = [line for line in TARGET.file("/root/.ssh/authorized_keys").content_string.splitlines()
+             if "dspark.cluster checkpoint" in line]
+    assert len(entry) == 1 and "-no-lock" not in entry[0], entry
+    rc, out, dummy = playbook()  # back to the default streams: the key entry is rewritten, nothing is copied
+    assert rc == 0, out
     assert_identical()
 
 

@@ -32,6 +32,12 @@ def playbook(*extra):
     return run.returncode, run.stdout + run.stderr
 
 
+def recap(out, host):
+    """The PLAY RECAP counters of `host`, e.g. {"ok": 30, "changed": 0, "failed": 0, "rescued": 0, ...}."""
+    line = next(line for line in out.split("PLAY RECAP")[-1].splitlines() if line.startswith(host + " "))
+    return {key: int(value) for key, value in (pair.split("=") for pair in line.split(":", 1)[1].split())}
+
+
 def test_engine_runs_and_compose_v2_answers(lab_host):
     assert lab_host.service("docker").is_running
     assert lab_host.service("docker").is_enabled
@@ -49,6 +55,12 @@ def test_daemon_json_is_the_role_dictionary(lab_host):
 
 def test_operator_user_is_in_the_docker_group(lab_host):
     assert "docker" in lab_host.user("spark").groups
+
+
+def test_image_modules_have_their_python_library(lab_host):
+    # community.docker's image modules talk to dockerd through requests in the node's python3.
+    assert lab_host.package("python3-requests").is_installed
+    assert lab_host.run("python3 -c 'import requests'").rc == 0
 
 
 def test_no_gpu_means_no_nvidia_toolkit(lab_host):
@@ -124,3 +136,42 @@ def test_proxy_drop_in_is_private_and_reaches_dockerd(lab_host):
     assert "/etc/docker/http-proxy.env" in shown and "se%25cret" not in shown and "proxy.lab.invalid" not in shown
     environ = lab_host.check_output("tr '\\0' '\\n' < /proc/$(systemctl show docker --property=MainPID --value)/environ")
     assert "HTTPS_PROXY=http://user:se%25cret@proxy.lab.invalid:3128" in environ.splitlines()
+
+
+def test_check_mode_on_converged_nodes_passes_and_changes_nothing():
+    # The image modules run in --check too (info/tag/pull support it; load is only needed for an absent image).
+    rc, out = playbook("--check")
+    assert rc == 0, out
+    for node in ("spark-head", "spark-worker"):
+        assert recap(out, node)["changed"] == 0, out
+
+
+@pytest.fixture
+def worker_with_emptied_package_lists():
+    """Issue #15 point 3: the lab image's state (apt lists emptied, their directory freshly touched) with a package
+    of the role's missing: the role must refresh the lists itself, without a failed-then-rescued task."""
+    worker = lab_node("spark-worker")
+    worker.check_output("DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq python3-requests >/dev/null")
+    worker.check_output("rm -rf /var/lib/apt/lists/* /var/lib/apt/periodic/update-success-stamp"
+                        " && touch /var/lib/apt/lists")
+    yield worker
+
+
+def test_stale_package_lists_are_refreshed_without_a_fatal(worker_with_emptied_package_lists):
+    worker = worker_with_emptied_package_lists
+    assert worker.run("apt-get --simulate install python3-requests").rc != 0
+    # --check cannot refresh the lists: it says what a real run would do, and fails nothing.
+    rc, out = playbook("--check", "-l", "spark-worker")
+    assert rc == 0, out
+    assert "would refresh the package lists and install" in out and "would put" in out, out
+    assert "fatal:" not in out and "...ignoring" not in out, out
+    assert not worker.package("python3-requests").is_installed
+    rc, out = playbook("-l", "spark-worker")
+    assert rc == 0, out
+    assert "fatal:" not in out and "...ignoring" not in out and "FAILED!" not in out, out
+    counts = recap(out, "spark-worker")
+    assert counts["failed"] == counts["rescued"] == counts["ignored"] == 0, out
+    assert worker.package("python3-requests").is_installed
+    assert worker.run("ls /var/lib/apt/lists | grep -q _Packages").rc == 0
+    rc, out = playbook("-l", "spark-worker")
+    assert rc == 0 and recap(out, "spark-worker")["changed"] == 0, out
