@@ -121,6 +121,9 @@ def test_snapshot_identical_through_the_mount(head, worker):
     assert ours.stdout == theirs.stdout
     manifest = head.run("ls /var/lib/dspark/checkpoint/*.state.json")
     assert manifest.rc == 0
+    # The verified stamps the serve role requires (issue #13 point 5): one per node, the same manifest digest.
+    stamps = [node.run("cat /var/lib/dspark/checkpoint/*.verified.json") for node in (head, worker)]
+    assert all(s.rc == 0 for s in stamps) and stamps[0].stdout == stamps[1].stdout
 
 
 def test_non_client_refused(worker):
