@@ -56,7 +56,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: One line per problem, C(where: variable=value problem. Fix: fix); empty when the inputs are valid.
+  description: "One line per problem, C(where: variable=value problem. Fix: fix); empty when the inputs are valid."
   type: list
   elements: str
 """
