@@ -110,6 +110,7 @@ class ActionModule(ActionBase):
         for name, group in sorted(summary.items()):
             problems.extend(_plan_vars.check_group_ranks(name, group["members"], lambda h: cache[h][0], group["world_size"]))
             problems.extend(_plan_vars.check_api_auth(name, group["members"], lambda h: cache[h][0], specs))
+            problems.extend(_plan_vars.check_nfs_clients(name, group["members"], lambda h: cache[h][0]))
         # A variable that failed to template is reported once, as such, not again as "not set" by the inventory rules.
         failed = [(host, var) for host in sorted(wanted) for var, value in cache[host][0].items()
                   if isinstance(value, _plan_vars.TemplateFailure)]

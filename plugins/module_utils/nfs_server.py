@@ -133,3 +133,85 @@ def secrets(root, names):
                        'private': st.st_uid == 0 and st.st_gid == 0 and mode & 0o077 == 0
                        and stat.S_ISREG(st.st_mode)})
     return result
+
+
+# --- live state vs the role's files (issue #13 point 5: drift applied from state, not from a handler) -----------------
+NFS_PORT = 2049
+PROC_NET = '/proc/net'
+
+
+def _hex_address(text):
+    """'0100A8C0' (/proc/net/tcp, little-endian IPv4) or a 32-digit IPv6 field -> the address as text."""
+    import socket
+    import struct
+    raw = bytes.fromhex(text)
+    if len(raw) == 4:
+        return socket.inet_ntop(socket.AF_INET, struct.pack('<I', struct.unpack('>I', raw)[0]))
+    words = struct.unpack('<4I', raw)
+    return socket.inet_ntop(socket.AF_INET6, struct.pack('>4I', *words))
+
+
+def parse_listen(text, port=NFS_PORT):
+    """Addresses with a TCP socket in LISTEN state (0A) on ``port``, from the text of /proc/net/tcp or tcp6."""
+    found = []
+    for line in (text or '').splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 4 or fields[3] != '0A' or ':' not in fields[1]:
+            continue
+        address, port_hex = fields[1].rsplit(':', 1)
+        try:
+            if int(port_hex, 16) != port:
+                continue
+            found.append(_hex_address(address))
+        except ValueError:
+            continue
+    return found
+
+
+def listen_addresses(proc=PROC_NET, port=NFS_PORT):
+    """Where nfsd listens (kernel sockets are listed too), sorted, without duplicates: e.g. ['192.168.100.2']."""
+    found = []
+    for name in ('tcp', 'tcp6'):
+        found.extend(parse_listen(_read(os.path.join(proc, name)), port))
+    return sorted(set(found))
+
+
+def parse_exports(text):
+    """exports(5) lines, or `exportfs -s` output -> {(path, client): set of options}.
+
+    Only what the nfs_export role writes is understood: `path client(opts) client(opts) ...` on one line, no quoting,
+    no continuation lines (the role's validation keeps white space and quotes out of paths and clients).
+    """
+    entries = {}
+    for line in (text or '').splitlines():
+        line = line.split('#', 1)[0].strip()
+        if not line:
+            continue
+        fields = line.split()
+        path = fields[0]
+        for item in fields[1:]:
+            client, dummy, options = item.partition('(')
+            entries[(path, client)] = set(o for o in options.rstrip(')').split(',') if o)
+    return entries
+
+
+def exports_differ(wanted, live):
+    """Why the kernel's export table (``exportfs -s``) does not apply ``wanted`` (the role's file), or None.
+
+    For the paths of ``wanted``: a client missing or extra, or an option of the file missing from the live options
+    (exportfs lists the defaults too: the file's options must be a subset).
+    """
+    paths = set(path for path, dummy in wanted)
+    live_ours = dict((key, opts) for key, opts in live.items() if key[0] in paths)
+    missing = sorted('%s %s' % key for key in wanted if key not in live_ours)
+    extra = sorted('%s %s' % key for key in live_ours if key not in wanted)
+    options = sorted('%s %s (%s)' % (key[0], key[1], ','.join(sorted(opts - live_ours[key])))
+                     for key, opts in wanted.items() if key in live_ours and not opts <= live_ours[key])
+    reasons = []
+    if missing:
+        reasons.append('not exported: ' + ', '.join(missing))
+    if extra:
+        reasons.append('exported but not in the file: ' + ', '.join(extra))
+    if options:
+        reasons.append('options not applied: ' + ', '.join(options))
+    return '; '.join(reasons) or None

@@ -44,6 +44,11 @@ options:
       - At most this many unreadable paths are returned; RV(unreadable_count) has the full count.
     type: int
     default: 50
+  exports_file:
+    description:
+      - An exports file (the role's C(/etc/exports.d/*.exports)) to compare with the kernel's export table
+        (C(exportfs -s)); RV(exports_stale) says why they differ. Without it nothing is compared.
+    type: path
 extends_documentation_fragment:
   - dspark.cluster.read_only
 attributes:
@@ -111,6 +116,19 @@ unreadable_count:
   description: Number of such paths.
   type: int
   returned: always
+listen:
+  description: Addresses with a TCP socket listening on the NFS port 2049 (C(/proc/net/tcp), C(/proc/net/tcp6)),
+    sorted; C(0.0.0.0) or C(::) means every interface.
+  type: list
+  elements: str
+  returned: always
+  sample: ["192.168.100.2"]
+exports_stale:
+  description: Why the export table does not apply O(exports_file) (a client missing or extra, an option not applied),
+    or null when it does, when the file is absent or O(exports_file) is not given. C(exportfs -ra) applies the file.
+  type: str
+  returned: always
+  sample: "not exported: /var/lib/dspark/hf-cache 192.168.100.1"
 secrets:
   description: Secret files present at the cache root; C(private) means root-owned with no group or other bits.
   type: list
@@ -122,12 +140,30 @@ secrets:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dspark.cluster.plugins.module_utils.nfs_server import secrets, server_state, unreadable
+from ansible_collections.dspark.cluster.plugins.module_utils.nfs_server import (
+    exports_differ, listen_addresses, parse_exports, secrets, server_state, unreadable)
 
 RPC_NFSD = ('/usr/sbin/rpc.nfsd', '/sbin/rpc.nfsd')
 
 
-def run(params):
+def stale_exports(module, exports_file):
+    """Why the kernel's export table does not apply ``exports_file`` (None: it does, or nothing to compare)."""
+    if not exports_file or not os.path.isfile(exports_file):
+        return None
+    with open(exports_file) as handle:
+        wanted = parse_exports(handle.read())
+    if not wanted:
+        return None
+    exportfs = module.get_bin_path('exportfs')
+    if exportfs is None:
+        return 'exportfs is not installed'
+    rc, out, err = module.run_command([exportfs, '-s'])
+    if rc != 0:
+        return 'exportfs -s failed (%s)' % (err or out).strip()
+    return exports_differ(wanted, parse_exports(out))
+
+
+def run(params, module=None):
     """The result dict for ``params`` (module arguments)."""
     result = dict(server_state(), changed=False)
     result['installed'] = any(os.path.exists(p) for p in RPC_NFSD)
@@ -137,6 +173,8 @@ def run(params):
     result['unreadable'] = paths
     result['unreadable_count'] = count
     result['secrets'] = secrets(path, params['secrets'])
+    result['listen'] = listen_addresses()
+    result['exports_stale'] = stale_exports(module, params.get('exports_file')) if module is not None else None
     return result
 
 
@@ -147,10 +185,11 @@ def main():
             audit_subdirs=dict(type='list', elements='str', default=['hub']),
             secrets=dict(type='list', elements='str', default=['token', 'stored_tokens'], no_log=False),
             limit=dict(type='int', default=50),
+            exports_file=dict(type='path'),
         ),
         supports_check_mode=True,
     )
-    module.exit_json(**run(module.params))
+    module.exit_json(**run(module.params, module))
 
 
 if __name__ == '__main__':

@@ -20,7 +20,7 @@ import re
 
 import yaml
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import inventory_rules
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _nfs_plan, inventory_rules
 
 # The roles with an argument spec, and the prefixes whose unknown names are typos.
 SPEC_ROLES = ("checkpoint", "docker_runtime", "fabric", "nfs_export", "preflight", "router", "serve")
@@ -350,6 +350,40 @@ def check_api_auth(name, members, values_of, specs):
     fix = ("set serve_api_key (or serve_api_keys), or bind the API to 127.0.0.1 (serve_host), or accept an open API "
            "with serve_allow_unauthenticated: true")
     return [(member, "serve_host", host, problem, fix) for member in members]
+
+
+def check_nfs_clients(name, members, values_of):
+    """NFS mode: the clients an operator set (nfs_export_clients) stay inside the group's fabric network (issue #13).
+
+    The rule is the nfs_export role's own (``_nfs_plan.client_findings``), asked on the exporting node's values. The
+    default (the peers' fabric addresses) is left to the fabric rules, which check every member's address.
+    """
+    if not members:
+        return []
+    head = values_of(members[0])
+    if str(head.get("dspark_checkpoint_mode") or "") != "nfs":
+        return []
+    values = {host: values_of(host) for host in members}
+    rank = None
+    for var in ("nfs_export_rank", "checkpoint_source_rank"):
+        for host in members:
+            value = values[host].get(var)
+            if value is not None and not isinstance(value, TemplateFailure):
+                rank = inventory_rules._as_int(value)
+                break
+        if rank is not None or any(values[h].get(var) is not None for h in members):
+            break
+    rank = 1 if rank is None else rank
+    server = next((h for h in members if inventory_rules._as_int(values[h].get("dspark_rank")) == rank), None)
+    if server is None:
+        return []  # check_group_ranks reports a rank outside the group
+    clients = values[server].get("nfs_export_clients")
+    cidr = values[server].get("dspark_fabric_cidr")
+    if clients is None or isinstance(clients, TemplateFailure) or isinstance(cidr, TemplateFailure):
+        return []
+    peers = [str(values[h].get("dspark_fabric_address")) for h in members
+             if h != server and values[h].get("dspark_fabric_address") and not isinstance(values[h].get("dspark_fabric_address"), TemplateFailure)]
+    return _nfs_plan.client_findings(server, clients, cidr, peers)
 
 
 def without_lines_about(lines, pairs):

@@ -109,6 +109,12 @@ CASES = [
     ("open API on an address given with -e", BASE + ("open_api.yml",), ("-e", "serve_host=10.77.77.1"), None, [
         ("extra vars (-e)", "serve_host", "'10.77.77.1' makes the API of group pair_a listen beyond loopback"),
     ]),
+    # The nfs_export role's client rule (plugin_utils._nfs_plan), asked on the exporting node (rank 1).
+    ("NFS clients beyond the fabric network", BASE + ("nfs_clients.yml",), (), None, [
+        ("a-worker", "nfs_export_clients", "['0.0.0.0/0', 'a-head', '10.77.0.0/16'] holds '0.0.0.0/0', which opens the export"),
+        ("a-worker", "nfs_export_clients", "['0.0.0.0/0', 'a-head', '10.77.0.0/16'] holds 'a-head', a host name"),
+        ("a-worker", "nfs_export_clients", "['0.0.0.0/0', 'a-head', '10.77.0.0/16'] holds '10.77.0.0/16', wider than"),
+    ]),
     ("unparseable inventory without ansible.cfg's setting", ("unparseable.yml",), (),
      {"ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "false", "ANSIBLE_INVENTORY_UNPARSED_FAILED": "false"},
      [("inventory", "hosts", "[] has no host: it did not parse")]),

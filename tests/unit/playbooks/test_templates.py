@@ -87,6 +87,13 @@ def test_keys_reach_rank_0_only_and_never_argv(benign):
         assert doc["services"]["vllm"]["entrypoint"] == ["/bin/sh", "-c", 'exec "$$@"', "dspark-serve"]
 
 
+def test_no_rank_restarts_alone(benign):
+    """Issue #13 point 5: after a reboot or a crash Docker brings no rank back by itself; the group restarts as one unit
+    (playbooks/serve.yml, dspark-fleet watch)."""
+    for host in ("tpl-head", "tpl-worker"):
+        assert compose(benign, host)["services"]["vllm"]["restart"] == "no"
+
+
 PROXY_URL = "http://user:p%41ss$HOME\\x@proxy.invalid:3128"
 
 

@@ -89,3 +89,26 @@ def test_missing_required_hotfixes_fail_before_anything_starts(tmp_path):
     assert "lab-key" not in out
     assert running() == before, "a rank was stopped or started"
     assert compose_files() == files
+
+
+def test_serve_refuses_to_start_without_the_verified_stamp():
+    """Issue #13 point 5: a rank without the checkpoint role's verified stamp keeps EVERY rank from starting (nothing
+    stopped or started), with the node, the path and the fix; the stamp back, the group is left as it was."""
+    stamp = ("/var/lib/dspark/checkpoint/models--deepseek-ai--DeepSeek-V4-Flash-0731-"
+             "9e165c30e2704aec5d9d593cce3eebd58bbef1cb.verified.json")
+    worker = lab_node("spark-worker")
+    assert worker.file(stamp).exists and worker.file(stamp).mode == 0o644, "the checkpoint play wrote no stamp"
+    before, files = running(), compose_files()
+    for name in NODES:
+        assert container(name)["HostConfig"]["RestartPolicy"]["Name"] == "no"
+    assert worker.run("mv %s %s.aside" % (stamp, stamp)).rc == 0
+    try:
+        rc, out = playbook("serve.yml", LAB / "hosts.yml", "-e", json.dumps({"serve_force_restart": True}))
+    finally:
+        assert worker.run("mv %s.aside %s" % (stamp, stamp)).rc == 0
+    assert rc != 0, out[-3000:]
+    assert "serve refuses to start any rank" in out
+    assert "spark-worker: no verified stamp at %s" % stamp in out
+    assert "Fix: run playbooks/checkpoint.yml" in out
+    assert running() == before, "a rank was stopped or started"
+    assert compose_files() == files

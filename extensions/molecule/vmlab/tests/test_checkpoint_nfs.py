@@ -2,11 +2,13 @@
 
 Checked independently of the roles, on the real kernels: the export (clients, options, NFSv4 only), the mount on the
 head (nfs4, read-only, the options, the fstab entry), writes refused, root_squash and the token, the snapshot
-identical on both sides (sha256 of every file), a non-client refused, an empty client list failing before any
-change, nfsd never restarted under a mounted client (warn, or fail on request), unreadable files reported and
+identical on both sides (sha256 of every file), a non-client refused, an empty or out-of-fabric client list failing
+before any change, nfsd listening on the fabric address only, export drift applied from state (no handler), nfsd
+never restarted under a mounted client (warn, or fail on request), unreadable files reported and
 fixed on request, and a dead server diagnosed without a persisted fstab entry (last: it leaves the head unmounted).
 """
 
+import json
 import os
 import pathlib
 import re
@@ -31,7 +33,7 @@ SNAPSHOT = "%s/snapshots/%s" % (MODEL_DIR, FLEET["dspark_model_revision"])
 HEAD_ADDR = HOSTS["spark-head"]["dspark_fabric_address"]
 WORKER_ADDR = HOSTS["spark-worker"]["dspark_fabric_address"]
 SRC = "%s:%s" % (WORKER_ADDR, CACHE)
-OPTS = "ro,vers=4.2,nconnect=8,rsize=1048576,wsize=1048576,hard,timeo=600,_netdev,nofail"
+OPTS = "ro,nosuid,nodev,vers=4.2,nconnect=8,rsize=1048576,wsize=1048576,hard,timeo=600,_netdev,nofail"
 EXPORTS = "/etc/exports.d/dspark.exports"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -90,6 +92,7 @@ def test_head_mount_read_only_nfs4_with_options_and_fstab(head):
     assert (source, fstype) == (SRC, "nfs4")
     opts = dict(o.partition("=")[::2] for o in options.split(","))
     assert "ro" in opts and "hard" in opts
+    assert "nosuid" in opts and "nodev" in opts  # issue #13: nothing on the export gains privileges or opens a device
     assert opts["vers"] == "4.2" and opts["nconnect"] == "8" and opts["timeo"] == "600"
     # The server lowers rsize/wsize to its maximum block size (256 KiB on a 2 GiB VM); 1 MiB is what was asked.
     assert 0 < int(opts["rsize"]) <= 1048576 and 0 < int(opts["wsize"]) <= 1048576
@@ -118,6 +121,9 @@ def test_snapshot_identical_through_the_mount(head, worker):
     assert ours.stdout == theirs.stdout
     manifest = head.run("ls /var/lib/dspark/checkpoint/*.state.json")
     assert manifest.rc == 0
+    # The verified stamps the serve role requires (issue #13 point 5): one per node, the same manifest digest.
+    stamps = [node.run("cat /var/lib/dspark/checkpoint/*.verified.json") for node in (head, worker)]
+    assert all(s.rc == 0 for s in stamps) and stamps[0].stdout == stamps[1].stdout
 
 
 def test_non_client_refused(worker):
@@ -128,13 +134,45 @@ def test_non_client_refused(worker):
     assert "access denied" in probe.stderr or "No such file" in probe.stderr, probe.stderr
 
 
-def test_empty_client_list_fails_before_any_change(worker):
+@pytest.mark.parametrize("clients, expected", [
+    ([], ["nfs_export_clients=[]", "never opened to *"]),
+    # Issue #13: only addresses or networks inside the fabric network (the role's Python rule, preflight's too).
+    # (no quotes in the expected text: the callback may print the message as a YAML scalar, doubling them)
+    (["0.0.0.0/0"], ["spark-worker: nfs_export_clients=", "which opens the export to every address"]),
+    (["spark-head"], ["spark-worker: nfs_export_clients=", "a host name: exportfs resolves it through DNS"]),
+])
+def test_bad_client_list_fails_before_any_change(worker, clients, expected):
     before = worker.run("sha256sum %s /etc/nfs.conf.d/dspark.conf; exportfs -s" % EXPORTS).stdout
-    rc, out = playbook("nfs_export.yml", "-e", '{"nfs_export_clients": []}')
+    rc, out = playbook("nfs_export.yml", "-e", json.dumps({"nfs_export_clients": clients}))
     assert rc != 0
-    assert "nfs_export_clients=[]" in out and "Fix:" in out and "never opened to *" in out
+    for text in expected:
+        assert text in flat(out), out[-3000:]
+    assert "Fix:" in out
     assert "changed=0" in out.split("PLAY RECAP")[-1]
     assert worker.run("sha256sum %s /etc/nfs.conf.d/dspark.conf; exportfs -s" % EXPORTS).stdout == before
+
+
+def test_nfsd_listens_on_the_fabric_address_only(worker):
+    """Issue #13: nfs.conf [nfsd] host= binds nfsd to the exporting node's fabric address, nothing else."""
+    assert "host=%s" % WORKER_ADDR in worker.file("/etc/nfs.conf.d/dspark.conf").content_string.splitlines()
+    listen = worker.run("ss -Hltn 'sport = :2049'")
+    assert listen.rc == 0, listen.stderr
+    assert sorted(line.split()[3] for line in listen.stdout.splitlines()) == ["%s:2049" % WORKER_ADDR], listen.stdout
+    assert worker.run("timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/2049'").rc != 0
+
+
+def test_export_drift_is_applied_by_the_next_run_without_a_handler(worker):
+    """Issue #13 point 5: the file is unchanged but the kernel's table is not (a run that died before exportfs -ra,
+    or a hand-made export): the next run compares `exportfs -s` with the file and re-exports; the run after is a no-op."""
+    stray = "192.168.100.99"
+    worker.run_expect([0], "exportfs -o ro,root_squash,sync,no_subtree_check %s:%s" % (stray, CACHE))
+    assert stray in worker.run("exportfs -s").stdout
+    rc, out = playbook("nfs_export.yml")
+    assert rc == 0, out[-3000:]
+    assert "changed=1" in out.split("PLAY RECAP")[-1], out[-3000:]
+    assert stray not in worker.run("exportfs -s").stdout
+    rc, out = playbook("nfs_export.yml")
+    assert rc == 0 and "changed=0" in out.split("PLAY RECAP")[-1], out[-3000:]
 
 
 def flat(out):

@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 from ansible_collections.dspark.cluster.plugins.module_utils import nfs_server
 
 
@@ -104,3 +106,57 @@ def test_secrets_private_and_exposed(tmp_path):
     assert found[0]["private"] == (os.getuid() == 0 and os.getgid() == 0)
     os.chmod(str(root / "token"), 0o644)
     assert not nfs_server.secrets(str(root), ["token"])[0]["private"]
+
+
+# --- live state vs the role's files (issue #13 point 5) ---------------------------------------------------------------
+TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0264A8C0:0801 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 0 1 0000000000000000 100 0 0 10 0
+   1: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 0 1 0000000000000000 100 0 0 10 0
+   2: 0264A8C0:0801 0164A8C0:03FF 01 00000000:00000000 00:00000000 00000000     0        0 0 1 0000000000000000 100 0 0 10 0
+"""
+TCP6 = """  sl  local_address                         remote_address                        st
+   0: 00000000000000000000000000000000:0801 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 0 0 0
+"""
+
+
+@pytest.mark.parametrize("text, expected", [
+    (TCP, ["192.168.100.2"]),  # the ESTABLISHED client connection and port 22 are not listeners on 2049
+    (TCP6, ["::"]),
+    ("", []),
+    (None, []),
+    ("header\n   0: zz:0801 0 0A\n", []),
+])
+def test_parse_listen(text, expected):
+    assert nfs_server.parse_listen(text) == expected
+
+
+def test_listen_addresses_reads_both_tables(tmp_path):
+    (tmp_path / "tcp").write_text(TCP)
+    (tmp_path / "tcp6").write_text(TCP6)
+    assert nfs_server.listen_addresses(str(tmp_path)) == ["192.168.100.2", "::"]
+    assert nfs_server.listen_addresses(str(tmp_path / "absent")) == []
+
+
+FILE = """# managed
+# The Hugging Face cache of "spark-worker"
+/var/lib/dspark/hf-cache 192.168.100.1(ro,sync,no_subtree_check,root_squash)
+"""
+LIVE = ("/var/lib/dspark/hf-cache 192.168.100.1(sync,wdelay,hide,no_subtree_check,sec=sys,ro,secure,root_squash,no_all_squash)\n"
+        "/srv/other 10.0.0.0/8(rw,sync)\n")
+
+
+@pytest.mark.parametrize("live, reason", [
+    (LIVE, None),
+    ("/srv/other 10.0.0.0/8(rw,sync)\n", "not exported: /var/lib/dspark/hf-cache 192.168.100.1"),
+    ("", "not exported: /var/lib/dspark/hf-cache 192.168.100.1"),
+    (LIVE + "/var/lib/dspark/hf-cache 0.0.0.0/0(ro,root_squash,sync,no_subtree_check)\n",
+     "exported but not in the file: /var/lib/dspark/hf-cache 0.0.0.0/0"),
+    (LIVE.replace("sec=sys,ro,", "sec=sys,rw,"), "options not applied: /var/lib/dspark/hf-cache 192.168.100.1 (ro)"),
+])
+def test_exports_differ(live, reason):
+    assert nfs_server.exports_differ(nfs_server.parse_exports(FILE), nfs_server.parse_exports(live)) == reason
+
+
+def test_parse_exports_several_clients():
+    parsed = nfs_server.parse_exports("/c 10.0.0.1(ro,sync) 10.0.0.2(ro)  # comment\n")
+    assert parsed == {("/c", "10.0.0.1"): {"ro", "sync"}, ("/c", "10.0.0.2"): {"ro"}}
