@@ -139,7 +139,7 @@ def _shown(value):
     return None if value is None or value == "" else value
 
 
-def _loose_net(text):
+def loose_net(text):
     """The IPv4 network ``text`` names (host bits allowed), else None."""
     if "/" not in text:
         return None
@@ -164,7 +164,7 @@ def group_findings(inputs, mtu_min=MTU_MIN, mtu_max=MTU_MAX):
                     "use 9000 when every hop of the direct ConnectX link carries jumbo frames"))
     cidr = inputs.get("cidr")
     text = "" if cidr is None else str(cidr)
-    network = _loose_net(text)
+    network = loose_net(text)
     if network is None:
         out.append((where, "dspark_fabric_cidr", _shown(cidr), "is not an IPv4 network in CIDR form",
                     "write it as network/prefix, e.g. 192.168.100.0/24"))

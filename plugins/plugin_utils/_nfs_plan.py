@@ -12,18 +12,14 @@ from __future__ import annotations
 
 import ipaddress
 
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan
+
 WILDCARDS = "*?[@"
 
 
 def fabric_network(cidr):
     """The group's fabric network (dspark_fabric_cidr, host bits allowed), else None (the fabric rules report why)."""
-    text = "" if cidr is None else str(cidr).strip()
-    if "/" not in text:
-        return None
-    try:
-        return ipaddress.IPv4Network(text, strict=False)
-    except ValueError:
-        return None
+    return _fabric_plan.loose_net("" if cidr is None else str(cidr).strip())
 
 
 def client_problem(client, network):
