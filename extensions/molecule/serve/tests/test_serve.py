@@ -84,7 +84,8 @@ def test_api_keys_apply_the_redaction_hotfix_after_the_backports(tmp_path):
     The simulator logs them in its non-default args line as vLLM does; the saved logs are redacted.
     Leaves the group serving with keys; the failure tests below restart it without them."""
     keys = ["lab-key-one", "lab-key-two"]
-    rc, out = playbook("serve.yml", LAB / "hosts.yml", "-e", json.dumps({"serve_api_keys": keys}))
+    # The lab's one key (serve_api_key) gives way: the two variables are exclusive.
+    rc, out = playbook("serve.yml", LAB / "hosts.yml", "-e", json.dumps({"serve_api_key": "", "serve_api_keys": keys}))
     assert rc == 0, out[-4000:]
     assert not any(key in out for key in keys)
     head, worker = container("spark-head"), container("spark-worker")
@@ -102,7 +103,7 @@ def test_api_keys_apply_the_redaction_hotfix_after_the_backports(tmp_path):
     assert not lab_node("spark-worker").file("/etc/dspark/serve/api-keys.yaml").exists
     head_log = lab_node("spark-head").check_output("docker logs dspark-vllm 2>&1")
     assert "'api_key': ['lab-key-one', 'lab-key-two']" in head_log        # the lab shows the leak ...
-    extra = {"serve_api_keys": keys, "serve_failure_logs_dir": str(tmp_path)}
+    extra = {"serve_api_key": "", "serve_api_keys": keys, "serve_failure_logs_dir": str(tmp_path)}
     rc, out = playbook("logs.yml", LAB / "hosts.yml", "-e", json.dumps(extra))
     assert rc == 0, out[-4000:]
     saved = (tmp_path / "lab_pair" / "rank0-spark-head.log").read_text()
