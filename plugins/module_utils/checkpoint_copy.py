@@ -76,6 +76,16 @@ def to_send(itemized, sizes):
     return out
 
 
+# rsync creates a missing destination directory with a plain mkdir and stops (rc 11, "File exists") when a
+# parallel stream made it first; deeper directories are created race-free. A directories-only pass goes first.
+DIRECTORIES_ONLY = '--filter=-! */'
+
+
+def creates_dest(itemized):
+    """True when a dry run's output says the destination directory itself does not exist yet."""
+    return any(line.startswith('created directory ') for line in itemized)
+
+
 def balance(files, streams):
     """Split (path, bytes) pairs into at most `streams` buckets of similar total size.
 

@@ -16,7 +16,9 @@ description:
     least-filled bucket) and runs one C(rsync --files-from) per bucket at the same time.
   - First one C(--dry-run) pass with O(filters) lists what differs (one SSH login). When nothing does, the
     module reports no change and stops there. Otherwise only the files to send are bucketed (a resumed copy
-    balances what is left), and a last single rsync pass with O(filters) follows (the whole copy when
+    balances what is left). When the destination directory does not exist yet, one pass of directories only
+    creates it first: rsync's C(mkdir) of a missing destination fails when a parallel stream made it first.
+    A last single rsync pass with O(filters) follows (the whole copy when
     O(streams=1)). It sends links and C(refs/main), sets the directories' times, and makes a second run
     report no change.
   - In check mode only the dry-run pass runs and lists what would be copied.
@@ -91,7 +93,7 @@ bytes_to_send:
   returned: always
   type: int
 streams:
-  description: Per pass (dry run, each stream, final pass), its name, number of files, bytes, exit status and seconds.
+  description: Per pass (dry run, directories when the destination is new, each stream, final pass), its name, number of files, bytes, exit status and seconds.
   returned: always
   type: list
   elements: dict
@@ -111,7 +113,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint_copy import (
-    balance, diagnose, finish, list_files, rsync_argv, ssh_command, start, to_send)
+    DIRECTORIES_ONLY, balance, creates_dest, diagnose, finish, list_files, rsync_argv, ssh_command, start, to_send)
 
 
 def run(module):
@@ -130,10 +132,10 @@ def run(module):
     result = dict(changed=False, stdout_lines=[], streams=[], bytes=sum(sizes.values()), bytes_to_send=0, rc=0)
     failures = []
 
-    def single_pass(name, dry_run):
+    def single_pass(name, dry_run, filters=()):
         t0 = time.monotonic()
-        rc, out, err = finish(start(rsync_argv(p['rsync_options'], ssh, p['src'], p['dest'], filters=p['filters'],
-                                               dry_run=dry_run)))
+        rc, out, err = finish(start(rsync_argv(p['rsync_options'], ssh, p['src'], p['dest'],
+                                               filters=list(filters) + p['filters'], dry_run=dry_run)))
         lines = [line for line in out.splitlines() if line.strip()]
         result['streams'].append(dict(name=name, files=len(files), rc=rc, seconds=round(time.monotonic() - t0, 3)))
         # A dry run's partial-transfer codes (a file in the way, a vanished source file) still list the work:
@@ -150,7 +152,9 @@ def run(module):
         result['stdout_lines'] = planned
         result['changed'] = bool(planned) and not failures
     else:
-        if p['streams'] > 1 and len(pending) > 1:
+        if p['streams'] > 1 and len(pending) > 1 and creates_dest(planned):
+            result['stdout_lines'] += single_pass('directories', False, [DIRECTORIES_ONLY])
+        if p['streams'] > 1 and len(pending) > 1 and not failures:
             buckets = balance(pending, p['streams'])
             tmp = tempfile.mkdtemp(prefix='dspark-checkpoint-')
             try:

@@ -141,3 +141,13 @@ def test_diagnose(rc, stderr, bucket, itemized, has):
 ])
 def test_to_send(lines, expected):
     assert cc.to_send(lines, {"blobs/abc": 100, "blobs/def": 7, "refs/main": 40}) == expected
+
+
+@pytest.mark.parametrize("lines, expected", [
+    (["created directory /data/hub/models--a--b", "cd+++++++++ ./", ">f+++++++++ blobs/x"], True),
+    (["cd..t...... ./", ">f+++++++++ blobs/x"], False),
+    (["cd+++++++++ created directory/"], False),
+    ([], False),
+])
+def test_creates_dest(lines, expected):
+    assert cc.creates_dest(lines) is expected

@@ -12,6 +12,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.dspark.cluster.plugins.modules import checkpoint_copy
+from ansible_collections.dspark.cluster.plugins.module_utils import checkpoint_copy as cc
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 _spec = importlib.util.spec_from_file_location("fake_checkpoint", str(ROOT / "lab" / "fake_checkpoint.py"))
@@ -62,10 +63,35 @@ def test_copy_then_no_change(capsys, tmp_path, src, streams):
     assert tree(dest) == tree(src)
     names = [s["name"] for s in res["streams"]]
     assert names[0] == "dry run" and names[-1] == "final pass"
-    assert len(names) == 2 if streams == 1 else 4 <= len(names) <= 2 + streams
+    if streams == 1:
+        assert names == ["dry run", "final pass"]
+    else:  # the destination is new: its directories go first
+        assert names[1] == "directories" and 5 <= len(names) <= 3 + streams, names
     rc, res = run(capsys, src, dest, streams=streams)
     assert rc == 0 and not res["changed"] and res["stdout_lines"] == [], res
     assert [s["name"] for s in res["streams"]] == ["dry run"]
+
+
+def test_directories_pass_makes_the_filtered_directories_only(tmp_path, src):
+    # The pass the module runs first into a new destination: with it, parallel streams find the destination
+    # made (rsync's mkdir of a missing destination stops with rc 11 when another stream made it first).
+    dest = str(tmp_path / "new" / "models--org--Fake")
+    os.makedirs(os.path.dirname(dest))
+    rc, out, err = cc.finish(cc.start(cc.rsync_argv(["--archive"], "ssh", src, dest,
+                                                    filters=[cc.DIRECTORIES_ONLY] + FILTERS)))
+    assert rc == 0, err
+    assert cc.creates_dest(out.splitlines())
+    made = sorted(os.path.relpath(os.path.join(d, n), dest) for d, dirs, files in os.walk(dest) for n in dirs + files)
+    assert made == ["blobs", "refs", "snapshots", "snapshots/" + REV]
+    assert all(os.path.isdir(os.path.join(dest, p)) for p in made)
+
+
+def test_existing_destination_needs_no_directories_pass(capsys, tmp_path, src):
+    dest = str(tmp_path / "dst")
+    os.makedirs(dest)
+    rc, res = run(capsys, src, dest, streams=3)
+    assert rc == 0 and "directories" not in [s["name"] for s in res["streams"]]
+    assert tree(dest) == tree(src)
 
 
 def test_check_mode_lists_and_writes_nothing(capsys, tmp_path, src):
