@@ -10,8 +10,8 @@ import yaml
 ROLE = pathlib.Path(__file__).resolve().parents[3] / "roles" / "checkpoint"
 VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
 # "^--({{ _checkpoint_forbidden_long | join('|') }})|^-[^-]*[...]", matched with Jinja's `match` (re.match)
-FORBIDDEN = re.compile(VARS["_checkpoint_forbidden_re"].replace("{{ _checkpoint_forbidden_long | join('|') }}",
-                                                               "|".join(VARS["_checkpoint_forbidden_long"])))
+LONG = "|".join(VARS["_checkpoint_forbidden_long"])
+FORBIDDEN = re.compile(VARS["_checkpoint_forbidden_re"].replace("{{ _checkpoint_forbidden_long | join('|') }}", LONG))
 assert "select('match', _checkpoint_forbidden_re)" in VARS["_checkpoint_forbidden_options"]
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 
