@@ -31,26 +31,45 @@ RSYNC_EXIT = {
 CIPHER_RE = re.compile(r'^[A-Za-z0-9@._-]+(,[A-Za-z0-9@._-]+)*$')
 
 
-def list_files(model_dir, revision):
+def copies_links(options):
+    """Whether rsync `options` dereference symlinks (--copy-links / -L in a short-option cluster)."""
+    for opt in options:
+        if opt == '--copy-links' or (opt.startswith('-') and not opt.startswith('--') and 'L' in opt[1:]):
+            return True
+    return False
+
+
+def list_files(model_dir, revision, copy_links=False):
     """The files the copy moves, as (path relative to model_dir, bytes), sorted by path.
 
     Same selection as the role's rsync filters: refs/main, the revision's snapshot and every blob. Symlinks
     count as 0 bytes (rsync sends the link, not its target); directories are implied by their files.
+    With `copy_links` (rsync --copy-links: the snapshot's links arrive as regular files, blobs/ is not sent)
+    a link counts its referent's bytes and blobs/ is left out.
     """
     out = []
-    roots = ['refs/main', 'snapshots/%s' % revision, 'blobs']
+    roots = ['refs/main', 'snapshots/%s' % revision] + ([] if copy_links else ['blobs'])
+
+    def size_of(path):
+        if not os.path.islink(path):
+            return os.lstat(path).st_size
+        if not copy_links:
+            return 0
+        try:
+            return os.stat(path).st_size
+        except OSError:  # dangling: rsync reports it, the manifest check names it
+            return 0
+
     for root in roots:
         top = os.path.join(model_dir, root)
         if os.path.islink(top) or os.path.isfile(top):
-            out.append((root, 0 if os.path.islink(top) else os.lstat(top).st_size))
+            out.append((root, size_of(top)))
             continue
         for dirpath, dirnames, filenames in os.walk(top):
             dirnames.sort()
             for name in filenames:
                 full = os.path.join(dirpath, name)
-                st = os.lstat(full)
-                size = 0 if os.path.islink(full) else st.st_size
-                out.append((os.path.relpath(full, model_dir), size))
+                out.append((os.path.relpath(full, model_dir), size_of(full)))
             # symlinked directories are not descended (os.walk default) but rsync -a sends them as links
             for name in list(dirnames):
                 full = os.path.join(dirpath, name)
@@ -106,11 +125,34 @@ def balance(files, streams):
     return [b for b in buckets if b['files']]
 
 
-def ssh_command(base, cipher):
-    """The rsync -e command: the role's ssh options, the cipher preference list, no compression."""
+def ssh_command(base, cipher, connect_timeout=None, alive_interval=None, alive_count=3):
+    """The rsync -e command: the role's ssh options, the cipher preference list, no compression.
+
+    `connect_timeout` (s) bounds the TCP connect and SSH handshake; `alive_interval` (s) sends SSH keepalives
+    and gives up after `alive_count` unanswered ones, so a dead peer ends the stream (ssh rc 255) instead of
+    hanging it (rsync's own --timeout covers a silent rsync on a live connection).
+    """
     if not CIPHER_RE.match(cipher or ''):
         raise ValueError('cipher %r is not an OpenSSH cipher list (comma-separated names)' % cipher)
-    return '%s -o Ciphers=%s -o Compression=no' % (' '.join(base.split()), cipher)
+    cmd = '%s -o Ciphers=%s -o Compression=no' % (' '.join(base.split()), cipher)
+    if connect_timeout:
+        cmd += ' -o ConnectTimeout=%d' % int(connect_timeout)
+    if alive_interval:
+        cmd += ' -o ServerAliveInterval=%d -o ServerAliveCountMax=%d' % (int(alive_interval), int(alive_count))
+    return cmd
+
+
+# rsync exit codes worth another attempt: the connection or the peer went away or stalled (--partial keeps the
+# work done). A refused login, an unknown host key or cipher, rrsync's refusal or a usage error are not.
+TRANSIENT_RC = (10, 12, 30, 35, 255)
+PERMANENT_SIGNS = ('Permission denied', 'Host key verification failed', 'no matching cipher',
+                   'already accessing this directory', 'has been disabled on this server', 'Could not resolve hostname',
+                   'REMOTE HOST IDENTIFICATION HAS CHANGED', 'No space left on device')
+
+
+def transient(rc, stderr):
+    """Whether a pass that ended with `rc` and `stderr` may succeed when simply run again."""
+    return rc in TRANSIENT_RC and not any(s in (stderr or '') for s in PERMANENT_SIGNS)
 
 
 def rsync_argv(options, ssh, src, dest, files_from=None, filters=(), dry_run=False):

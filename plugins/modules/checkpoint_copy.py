@@ -21,6 +21,8 @@ description:
     A last single rsync pass with O(filters) follows (the whole copy when
     O(streams=1)). It sends links and C(refs/main), sets the directories' times, and makes a second run
     report no change.
+  - With C(--copy-links) (C(-L)) in O(rsync_options) the snapshot's links arrive as regular files and
+    C(blobs/) is not listed (the role's layout for a receiver that munges symlinks); file sizes follow the links.
   - In check mode only the dry-run pass runs and lists what would be copied.
   - A stream that fails does not stop the others. The module then fails and names, per stream, rsync's exit
     meaning, its bucket and the last file it started; the partial file (C(--partial)) is resumed by the
@@ -63,6 +65,27 @@ options:
       - OpenSSH cipher preference list (comma-separated) for every stream; compression is always off.
     type: str
     default: aes128-gcm@openssh.com,chacha20-poly1305@openssh.com
+  connect_timeout:
+    description: SSH C(ConnectTimeout) in seconds (TCP connect and handshake); V(0) leaves ssh's default.
+    type: int
+    default: 20
+  alive_interval:
+    description:
+      - SSH C(ServerAliveInterval) in seconds; after 3 unanswered keepalives ssh ends the stream, so a dead
+        peer stops it instead of hanging. V(0) sends none. rsync's C(--timeout) covers a silent peer.
+    type: int
+    default: 15
+  retries:
+    description:
+      - How many more times a pass that failed on the network (rsync exit 10, 12, 30, 35 or ssh's 255, without
+        a refused login, host key, cipher or rrsync refusal in its output) is started again, resuming its
+        partial file (C(--partial)). Failed streams are retried together.
+    type: int
+    default: 2
+  retry_delay:
+    description: Seconds to wait before each retry.
+    type: int
+    default: 10
 attributes:
   check_mode:
     support: full
@@ -93,7 +116,7 @@ bytes_to_send:
   returned: always
   type: int
 streams:
-  description: Per pass (dry run, directories when the destination is new, each stream, final pass), its name, number of files, bytes, exit status and seconds.
+  description: Per pass (dry run, directories when the destination is new, each stream, final pass), its name, number of files, bytes, exit status, attempts and seconds.
   returned: always
   type: list
   elements: dict
@@ -113,31 +136,61 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint_copy import (
-    DIRECTORIES_ONLY, balance, creates_dest, diagnose, finish, list_files, rsync_argv, ssh_command, start, to_send)
+    DIRECTORIES_ONLY, balance, copies_links, creates_dest, diagnose, finish, list_files, rsync_argv, ssh_command, start,
+    to_send, transient)
+
+
+def run_with_retries(module, argvs, retries, delay):
+    """Start every argv at once, wait for all, start the ones that failed on the network again (up to
+    `retries` more rounds). Returns per argv (rc, stdout, stderr, attempts, seconds) of its last attempt;
+    stdout holds the itemized lines of every attempt."""
+    results = [None] * len(argvs)
+    pending = list(range(len(argvs)))
+    attempt = 0
+    while pending:
+        attempt += 1
+        procs = [(i, time.monotonic(), start(argvs[i])) for i in pending]
+        pending = []
+        for i, t0, proc in procs:
+            rc, out, err = finish(proc)
+            previous = results[i][1] if results[i] else ''
+            results[i] = (rc, previous + out, err, attempt, round(time.monotonic() - t0, 3))
+            if rc != 0 and attempt <= retries and transient(rc, err):
+                pending.append(i)
+        if pending:
+            module.warn('checkpoint_copy: %d rsync pass(es) failed on the network (%s); attempt %d of %d in %d s'
+                        % (len(pending), ', '.join('rc=%s' % results[i][0] for i in pending), attempt + 1,
+                           retries + 1, delay))
+            time.sleep(delay)
+    return results
 
 
 def run(module):
     p = module.params
     started = time.monotonic()
     try:
-        ssh = ssh_command(p['ssh_command'], p['cipher'])
+        ssh = ssh_command(p['ssh_command'], p['cipher'], p['connect_timeout'], p['alive_interval'])
     except ValueError as e:
         module.fail_json(msg='checkpoint_scp_cipher: %s. Fix: a list such as aes128-gcm@openssh.com,chacha20-poly1305@openssh.com.' % e)
     if p['streams'] < 1:
         module.fail_json(msg='streams=%s: at least 1. Fix: set checkpoint_scp_streams to 1 or more.' % p['streams'])
     if not os.path.isdir(p['src']):
         module.fail_json(msg='%s is not a directory on the source.' % p['src'])
-    files = list_files(p['src'], p['revision'])
+    if p['retries'] < 0 or p['retry_delay'] < 0:
+        module.fail_json(msg='retries=%s, retry_delay=%s: neither may be negative.' % (p['retries'], p['retry_delay']))
+    files = list_files(p['src'], p['revision'], copy_links=copies_links(p['rsync_options']))
     sizes = dict(files)
     result = dict(changed=False, stdout_lines=[], streams=[], bytes=sum(sizes.values()), bytes_to_send=0, rc=0)
     failures = []
 
     def single_pass(name, dry_run, filters=()):
         t0 = time.monotonic()
-        rc, out, err = finish(start(rsync_argv(p['rsync_options'], ssh, p['src'], p['dest'],
-                                               filters=list(filters) + p['filters'], dry_run=dry_run)))
+        argv = rsync_argv(p['rsync_options'], ssh, p['src'], p['dest'], filters=list(filters) + p['filters'],
+                          dry_run=dry_run)
+        rc, out, err, attempts, dummy = run_with_retries(module, [argv], p['retries'], p['retry_delay'])[0]
         lines = [line for line in out.splitlines() if line.strip()]
-        result['streams'].append(dict(name=name, files=len(files), rc=rc, seconds=round(time.monotonic() - t0, 3)))
+        result['streams'].append(dict(name=name, files=len(files), rc=rc, attempts=attempts,
+                                      seconds=round(time.monotonic() - t0, 3)))
         # A dry run's partial-transfer codes (a file in the way, a vanished source file) still list the work:
         # the real passes meet the same problem and report it with their bucket (check mode reports it here).
         if rc != 0 and not (dry_run and rc in (23, 24) and not module.check_mode):
@@ -158,21 +211,20 @@ def run(module):
             buckets = balance(pending, p['streams'])
             tmp = tempfile.mkdtemp(prefix='dspark-checkpoint-')
             try:
-                procs = []
+                argvs = []
                 for i, bucket in enumerate(buckets):
                     listing = os.path.join(tmp, 'bucket-%d' % i)
                     with open(listing, 'wb') as f:
                         f.write(b''.join(path.encode('utf-8') + b'\0' for path in bucket['files']))
-                    procs.append((bucket, time.monotonic(),
-                                  start(rsync_argv(p['rsync_options'], ssh, p['src'], p['dest'], files_from=listing))))
-                for i, (bucket, t0, proc) in enumerate(procs):
-                    rc, out, err = finish(proc)
+                    argvs.append(rsync_argv(p['rsync_options'], ssh, p['src'], p['dest'], files_from=listing))
+                outcomes = run_with_retries(module, argvs, p['retries'], p['retry_delay'])
+                for i, (bucket, (rc, out, err, attempts, seconds)) in enumerate(zip(buckets, outcomes)):
                     lines = [line for line in out.splitlines() if line.strip()]
                     result['stdout_lines'] += lines
-                    result['streams'].append(dict(name='stream %d/%d' % (i + 1, len(procs)), files=len(bucket['files']),
-                                                  bytes=bucket['bytes'], rc=rc, seconds=round(time.monotonic() - t0, 3)))
+                    result['streams'].append(dict(name='stream %d/%d' % (i + 1, len(buckets)), files=len(bucket['files']),
+                                                  bytes=bucket['bytes'], rc=rc, attempts=attempts, seconds=seconds))
                     if rc != 0:
-                        failures.append(diagnose(p['dest'], 'stream %d/%d' % (i + 1, len(procs)), rc, err, bucket, lines))
+                        failures.append(diagnose(p['dest'], 'stream %d/%d' % (i + 1, len(buckets)), rc, err, bucket, lines))
             finally:
                 for name in os.listdir(tmp):
                     os.unlink(os.path.join(tmp, name))
@@ -201,6 +253,10 @@ def main():
             filters=dict(type='list', elements='str', default=[]),
             ssh_command=dict(type='str', default='ssh'),
             cipher=dict(type='str', default='aes128-gcm@openssh.com,chacha20-poly1305@openssh.com'),
+            connect_timeout=dict(type='int', default=20),
+            alive_interval=dict(type='int', default=15),
+            retries=dict(type='int', default=2),
+            retry_delay=dict(type='int', default=10),
         ),
         supports_check_mode=True,
     )

@@ -1,7 +1,9 @@
 """Verify the checkpoint_scp scenario: the worker's fake checkpoint reached the head byte for byte (in parallel
 streams, the default), a re-run changes nothing and is fast, a killed stream is diagnosed and the copy resumes,
 --check lists and copies nothing, one stream is today's copy, a corrupted file is named and repaired, a shard
-missing on the source fails the validation by name, the key is restricted, and the source tree was never modified."""
+missing on the source fails the validation by name, the key is restricted (unprivileged receiver, rrsync -munge
+confined to the model directory), a hostile sender with the key changes nothing outside the model directory and
+fails the next run, and the source tree was never modified."""
 
 import json
 import os
@@ -24,6 +26,11 @@ SNAPSHOT = "%s/snapshots/%s" % (MODEL_DIR, REVISION)
 MANIFEST = "/var/lib/dspark/checkpoint/%s-%s.json" % (FOLDER, REVISION)
 SPARSE_SHARD = "model-00004-of-00004.safetensors"
 DENSE_SHARD = "model-00002-of-00004.safetensors"
+STAMP = "/var/lib/dspark/checkpoint/%s-%s.verified.json" % (FOLDER, REVISION)
+RECEIVER = "dspark-ckpt"
+RECEIVER_KEYS = "/var/lib/%s/.ssh/authorized_keys" % RECEIVER
+KEY_SSH = ("ssh -i /etc/dspark/checkpoint/id_ed25519 -o BatchMode=yes -o IdentitiesOnly=yes "
+           "-o UserKnownHostsFile=/var/lib/dspark/checkpoint/known_hosts")
 SOURCE, TARGET = lab_node("spark-worker"), lab_node("spark-head")
 ENV = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
 
@@ -67,16 +74,35 @@ def test_head_holds_an_identical_tree():
 def test_key_is_private_and_its_entry_restricted():
     key = SOURCE.file("/etc/dspark/checkpoint/id_ed25519")
     assert key.mode == 0o600 and key.user == "root"
-    entries = [line for line in TARGET.file("/root/.ssh/authorized_keys").content_string.splitlines()
+    entries = [line for line in TARGET.file(RECEIVER_KEYS).content_string.splitlines()
                if "dspark.cluster checkpoint" in line]
     assert len(entries) == 1
     # -no-lock: the parallel streams (checkpoint_scp_streams, default 4) are parallel rrsync sessions.
+    # -munge: a link a sender makes leads nowhere; DIR: the model's directory, not hub/.
     assert entries[0].startswith(
-        'restrict,from="192.168.100.2",command="/usr/bin/rrsync -wo -no-del -no-lock %s/hub"' % CACHE)
-    # The key does nothing else: a shell command is refused by the forced rrsync.
-    run = SOURCE.run("ssh -i /etc/dspark/checkpoint/id_ed25519 -o BatchMode=yes -o IdentitiesOnly=yes "
-                     "-o UserKnownHostsFile=/var/lib/dspark/checkpoint/known_hosts root@192.168.100.1 id")
-    assert run.rc != 0 and "uid=" not in run.stdout
+        'restrict,from="192.168.100.2",command="/usr/bin/rrsync -wo -munge -no-del -no-lock %s"' % MODEL_DIR)
+    # Not root any more: root's authorized_keys holds no checkpoint entry (an old one is removed).
+    root_keys = TARGET.run("cat /root/.ssh/authorized_keys").stdout
+    assert "dspark.cluster checkpoint" not in root_keys
+    # The key does nothing else: a shell command is refused by the forced rrsync; root does not take the key.
+    for user in (RECEIVER, "root"):
+        run = SOURCE.run("%s %s@192.168.100.1 id" % (KEY_SSH, user))  # no args: testinfra quotes none
+        assert run.rc != 0 and "uid=" not in run.stdout, (user, run.stdout)
+
+
+def test_receiver_is_unprivileged_and_the_files_plain_and_readable():
+    account = TARGET.user(RECEIVER)
+    assert account.exists and account.uid != 0 and account.home == "/var/lib/%s" % RECEIVER
+    assert TARGET.file("%s/hub" % CACHE).user == "root"
+    # Owner of everything in the model directory; files 0644, directories 0755; no links, no blobs/ (the snapshot's
+    # links arrive as files: --copy-links), so the container and NFS's root_squash (others) can read them.
+    out = TARGET.check_output("find %s -printf '%%y %%m %%u %%g %%P\\n'", MODEL_DIR)
+    rows = [line.split(" ", 4) for line in out.splitlines()]
+    assert rows and all(r[2] == RECEIVER and r[3] == RECEIVER for r in rows), out
+    assert all((r[0], r[1]) in (("d", "755"), ("f", "644")) for r in rows), out
+    assert not TARGET.file(MODEL_DIR + "/blobs").exists
+    # A world-readable tree as nobody sees it.
+    assert TARGET.run("setpriv --reuid=65534 --regid=65534 --clear-groups cat %s/config.json", SNAPSHOT).rc == 0
 
 
 def test_rerun_changes_nothing_and_is_fast():
@@ -90,8 +116,7 @@ def test_rerun_changes_nothing_and_is_fast():
 
 def test_killed_copy_resumes():
     TARGET.check_output("rm -f %s/%s", SNAPSHOT, SPARSE_SHARD)
-    options = json.dumps({"checkpoint_rsync_options": [
-        "--archive", "--sparse", "--partial", "--bwlimit=20m"]})
+    options = json.dumps({"checkpoint_rsync_options": ["--sparse", "--partial", "--bwlimit=20m"]})
     proc = subprocess.Popen([shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(LAB / "hosts.yml"),
                              str(ROOT / "playbooks" / "checkpoint.yml"), "-e", options],
                             cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -141,7 +166,7 @@ def test_single_stream_is_todays_copy():
     rc, out, dummy = playbook("-e", "checkpoint_scp_streams=1")
     assert rc == 0, out
     assert_identical()
-    entry = [line for line in TARGET.file("/root/.ssh/authorized_keys").content_string.splitlines()
+    entry = [line for line in TARGET.file(RECEIVER_KEYS).content_string.splitlines()
              if "dspark.cluster checkpoint" in line]
     assert len(entry) == 1 and "-no-lock" not in entry[0], entry
     rc, out, dummy = playbook()  # back to the default streams: the key entry is rewritten, nothing is copied
@@ -176,6 +201,47 @@ def test_shard_missing_on_the_source_is_named():
     assert rc != 0
     assert "lacks 1 shard(s)" in out and DENSE_SHARD in out and "Fix:" in out, out
     assert_identical()  # nothing was copied or removed on the head
+
+
+def test_hostile_sender_with_the_key_changes_nothing_outside_the_model_directory():
+    """What the issue asks for (#13 point 6), over the real sshd: the source's key, the sender's own options."""
+    outside = "find /etc /root /var/lib/dspark %s/hub -path %s -prune -o -printf '%%y %%m %%u %%p %%s %%T@\\n' | sort"
+    before = TARGET.check_output(outside, CACHE, MODEL_DIR)
+    SOURCE.check_output(
+        "rm -rf /tmp/evil && mkdir -p /tmp/evil/through/abs /tmp/evil/through/rel && cd /tmp/evil && "
+        "ln -s /etc links-abs && ln -s ../../../../../etc links-rel && "
+        "printf '#!/bin/sh\\nid\\n' > suid && chmod 6755 suid && "
+        "echo pwned > through/abs/pwned && echo pwned > through/rel/pwned")
+    dest = "%s@192.168.100.1:" % RECEIVER
+    # 1. links out, then files through them; 2. a setuid file; 3. a device node; 4. paths above DIR; --delete
+    SOURCE.run("cd /tmp/evil && rsync -a -e %s links-abs links-rel suid %s.", KEY_SSH, dest)
+    SOURCE.run("cd /tmp/evil && rsync -a --keep-dirlinks -e %s through/abs/ %slinks-abs/", KEY_SSH, dest)
+    SOURCE.run("cd /tmp/evil && rsync -a --keep-dirlinks -e %s through/rel/ %slinks-rel/", KEY_SSH, dest)
+    SOURCE.run("rsync -aD -e %s /dev/null %sdevnull", KEY_SSH, dest)
+    for target in ("..", "../..", "/etc", "/root"):
+        run = SOURCE.run("cd /tmp/evil && rsync -a -e %s suid %s%s/", KEY_SSH, dest, target)
+        assert run.rc != 0, (target, run.stdout, run.stderr)
+    run = SOURCE.run("mkdir -p /tmp/evil/empty && rsync -a --delete -e %s /tmp/evil/empty/ %s.", KEY_SSH, dest)
+    assert run.rc != 0
+    try:
+        assert TARGET.check_output(outside, CACHE, MODEL_DIR) == before
+        assert TARGET.run("test -e /etc/pwned").rc != 0
+        for name in ("links-abs", "links-rel"):
+            assert TARGET.check_output("readlink %s", "%s/%s" % (MODEL_DIR, name)).startswith("/rsyncd-munged/")
+        assert TARGET.file(MODEL_DIR + "/suid").user == RECEIVER
+        assert TARGET.run("test -c %s/devnull", MODEL_DIR).rc != 0
+        assert_identical()
+        # The next run names what only a hostile sender makes and drops the node's verified stamp (serve refuses).
+        rc, out, dummy = playbook()
+        assert rc != 0 and "never makes" in out and "links-abs" in out and "suid" in out, out
+        assert not TARGET.file(STAMP).exists
+    finally:
+        TARGET.check_output("cd %s && rm -rf links-abs links-rel suid devnull", MODEL_DIR)
+        SOURCE.check_output("rm -rf /tmp/evil")
+    rc, out, dummy = playbook()
+    assert rc == 0, out
+    assert TARGET.file(STAMP).exists
+    assert_identical()
 
 
 def test_source_tree_is_unchanged():

@@ -151,3 +151,57 @@ def test_to_send(lines, expected):
 ])
 def test_creates_dest(lines, expected):
     assert cc.creates_dest(lines) is expected
+
+
+def test_list_files_copy_links(tmp_path):
+    rev = "a" * 40
+    m = tmp_path / "models--org--name"
+    (m / "refs").mkdir(parents=True)
+    (m / "refs" / "main").write_text(rev)
+    (m / "blobs").mkdir()
+    (m / "blobs" / "abc").write_bytes(b"x" * 100)
+    snap = m / "snapshots" / rev
+    snap.mkdir(parents=True)
+    os.symlink("../../blobs/abc", snap / "model.safetensors")
+    os.symlink("../../blobs/gone", snap / "dangling")
+    (snap / "config.json").write_bytes(b"{}")
+    # --copy-links: links count their referent, blobs/ is not sent
+    assert cc.list_files(str(m), rev, copy_links=True) == [
+        ("refs/main", 40), ("snapshots/%s/config.json" % rev, 2), ("snapshots/%s/dangling" % rev, 0),
+        ("snapshots/%s/model.safetensors" % rev, 100)]
+
+
+@pytest.mark.parametrize("options, expected", [
+    (["--archive", "--partial"], False),
+    (["--recursive", "--copy-links"], True),
+    (["-rLt"], True),
+    (["-rlt", "--log-file=/x/L"], False),
+    ([], False),
+])
+def test_copies_links(options, expected):
+    assert cc.copies_links(options) is expected
+
+
+def test_ssh_command_timeouts():
+    cmd = cc.ssh_command("ssh -i /k", "aes128-gcm@openssh.com", connect_timeout=20, alive_interval=15, alive_count=4)
+    assert cmd == ("ssh -i /k -o Ciphers=aes128-gcm@openssh.com -o Compression=no -o ConnectTimeout=20"
+                   " -o ServerAliveInterval=15 -o ServerAliveCountMax=4")
+    assert "Alive" not in cc.ssh_command("ssh", "aes128-gcm@openssh.com", connect_timeout=0, alive_interval=0)
+
+
+@pytest.mark.parametrize("rc, stderr, expected", [
+    (30, "rsync error: timeout in data send/receive (code 30)", True),
+    (12, "rsync: connection unexpectedly closed (0 bytes received so far)", True),
+    (255, "Timeout, server 10.0.0.2 not responding.", True),
+    (10, "", True),
+    (12, "u@10.0.0.2: Permission denied (publickey).", False),
+    (255, "Host key verification failed.", False),
+    (255, "Unable to negotiate with 10.0.0.2 port 22: no matching cipher found", False),
+    (12, "rrsync error: Another instance of rrsync is already accessing this directory.", False),
+    (1, "rrsync error: option --delete has been disabled on this server.", False),
+    (11, "rsync: write failed: No space left on device (28)", False),
+    (23, "", False),
+    (0, "", False),
+])
+def test_transient(rc, stderr, expected):
+    assert cc.transient(rc, stderr) is expected

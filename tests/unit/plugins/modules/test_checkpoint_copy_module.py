@@ -36,7 +36,7 @@ def src(tmp_path):
 
 def run(capsys, src, dest, check=False, **extra):
     args = dict(src=src, dest=dest, revision=REV, streams=3, filters=FILTERS,
-                rsync_options=["--archive", "--sparse", "--partial"], _ansible_check_mode=check)
+                rsync_options=["--archive", "--sparse", "--partial"], retries=0, _ansible_check_mode=check)
     args.update(extra)
     with patch_module_args(args):
         with pytest.raises(SystemExit) as exc:
@@ -160,3 +160,81 @@ def test_stopped_stream_is_diagnosed_and_resumed(capsys, tmp_path, src, monkeypa
     monkeypatch.setattr(checkpoint_copy, "start", real_start)
     rc, res = run(capsys, src, str(dest))  # the next run copies what the stopped stream left
     assert rc == 0 and res["changed"] and tree(str(dest)) == tree(src)
+
+
+# The role's options since the receiver is an unprivileged rrsync with -munge: the snapshot's links arrive as
+# regular files (a munged link would be broken), blobs/ stays behind, modes are fixed, owner/group/devices not kept.
+ROLE_OPTIONS = ["--recursive", "--copy-links", "--times", "--perms", "--chmod=D0755,F0644", "--no-owner", "--no-group",
+                "--no-devices", "--no-specials", "--sparse", "--partial", "--timeout=60"]
+ROLE_FILTERS = ["--include=/refs/", "--include=/refs/main", "--include=/snapshots/", "--include=/snapshots/%s/***" % REV,
+                "--exclude=*"]
+
+
+def test_role_options_send_files_not_links_and_fix_modes(capsys, tmp_path, src):
+    snap = pathlib.Path(src, "snapshots", REV)
+    link = next(p for p in sorted(snap.iterdir()) if p.is_symlink())
+    os.chmod(os.path.realpath(link), 0o4755)  # a setuid blob behind a snapshot link
+    dest = tmp_path / "dst"
+    dest.mkdir()
+    rc, res = run(capsys, src, str(dest), rsync_options=ROLE_OPTIONS, filters=ROLE_FILTERS)
+    assert rc == 0 and res["changed"], res
+    assert not (dest / "blobs").exists()
+    assert res["bytes"] == sum(os.stat(p).st_size for p in snap.iterdir()) + 40  # links count their referent; refs/main
+    for dirpath, dirnames, filenames in os.walk(dest):
+        for name in dirnames:
+            assert os.lstat(os.path.join(dirpath, name)).st_mode & 0o7777 == 0o755
+        for name in filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            assert not os.path.islink(os.path.join(dirpath, name)) and st.st_mode & 0o7777 == 0o644, (name, oct(st.st_mode))
+    for p in snap.iterdir():
+        assert (dest / "snapshots" / REV / p.name).read_bytes() == p.read_bytes()
+    rc, res = run(capsys, src, str(dest), rsync_options=ROLE_OPTIONS, filters=ROLE_FILTERS)
+    assert rc == 0 and not res["changed"] and res["stdout_lines"] == [], res
+
+
+def _flaky(monkeypatch, fail_times, rc, stderr):
+    real_start = checkpoint_copy.start
+    calls = []
+
+    def start(argv):
+        if any(a.startswith("--files-from=") and a.endswith("bucket-1") for a in argv):
+            calls.append(argv)
+            if len(calls) <= fail_times:
+                return real_start(["sh", "-c", "echo '%s' >&2; exit %d" % (stderr, rc)])
+        return real_start(argv)
+
+    monkeypatch.setattr(checkpoint_copy, "start", start)
+    return calls
+
+
+def test_stream_failed_on_the_network_is_retried(capsys, tmp_path, src, monkeypatch):
+    dest = tmp_path / "dst"
+    dest.mkdir()
+    calls = _flaky(monkeypatch, 1, 30, "rsync error: timeout in data send/receive (code 30)")
+    rc, res = run(capsys, src, str(dest), retries=2, retry_delay=0)
+    assert rc == 0 and res["changed"] and len(calls) == 2, res
+    assert [s["attempts"] for s in res["streams"] if s["name"].startswith("stream")] == [1, 2, 1]
+    assert "attempt 2 of 3" in json.dumps(res.get("warnings")), res.get("warnings")
+    assert tree(str(dest)) == tree(src)
+
+
+def test_retries_run_out(capsys, tmp_path, src, monkeypatch):
+    dest = tmp_path / "dst"
+    dest.mkdir()
+    calls = _flaky(monkeypatch, 9, 12, "rsync: connection unexpectedly closed")
+    rc, res = run(capsys, src, str(dest), retries=2, retry_delay=0)
+    assert rc == 1 and len(calls) == 3 and "stream 2/3 stopped" in res["msg"], res
+    assert [s["attempts"] for s in res["streams"] if s["name"] == "stream 2/3"] == [3]
+
+
+def test_refused_login_is_not_retried(capsys, tmp_path, src, monkeypatch):
+    dest = tmp_path / "dst"
+    dest.mkdir()
+    calls = _flaky(monkeypatch, 9, 12, "u@h: Permission denied (publickey).")
+    rc, res = run(capsys, src, str(dest), retries=2, retry_delay=0)
+    assert rc == 1 and len(calls) == 1 and "SSH login failed" in res["msg"], res
+
+
+def test_negative_retries_refused(capsys, tmp_path, src):
+    rc, res = run(capsys, src, str(tmp_path), retries=-1)
+    assert rc == 1 and "negative" in res["msg"]
