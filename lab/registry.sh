@@ -115,7 +115,24 @@ ensure_attached() {
   docker network connect --ip "$address" "$net" "$NAME" || die "cannot join $NAME to $net at $address"
 }
 
-v2_answers() { curl -fsS -o /dev/null "http://127.0.0.1:$HOST_PORT/v2/"; }
+# http_status URL [HEAD]: the HTTP status of a GET (or HEAD) of URL, asking for image manifests; 000 when none came.
+# python3, not curl: the lab's prerequisites (tests/ci/prereqs.sh) have no curl.
+http_status() {
+  python3 - "$@" <<'PY'
+import sys, urllib.error, urllib.request
+accept = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+request = urllib.request.Request(sys.argv[1], method=sys.argv[2] if len(sys.argv) > 2 else "GET", headers={"Accept": accept})
+try:
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        print(answer.status)
+except urllib.error.HTTPError as error:
+    print(error.code)
+except OSError:
+    print("000")
+PY
+}
+
+v2_answers() { [[ $(http_status "http://127.0.0.1:$HOST_PORT/v2/") == 200 ]]; }
 
 wait_ready() {
   local deadline=$((SECONDS + 30))
@@ -139,11 +156,8 @@ push() {
   digest=$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$local_ref:latest" |
     awk -F@ -v repo="$local_ref" '$1 == repo {print $2; exit}')
   [[ $digest == sha256:* ]] || die "no digest for $local_ref in the RepoDigests of $PUSH_IMAGE after the push"
-  answer=$(curl -fsS -o /dev/null -w '%{http_code}' -I \
-    -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
-    -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
-    "http://127.0.0.1:$HOST_PORT/v2/$REPO_PATH/manifests/$digest" 2>/dev/null) || true
-  [[ $answer == 200 ]] || die "the registry does not serve $REPO_PATH@$digest after the push (HTTP ${answer:-none})"
+  answer=$(http_status "http://127.0.0.1:$HOST_PORT/v2/$REPO_PATH/manifests/$digest" HEAD)
+  [[ $answer == 200 ]] || die "the registry does not serve $REPO_PATH@$digest after the push (HTTP $answer)"
   echo "$digest"
 }
 
