@@ -11,7 +11,7 @@ TEST_STAGES := lint unit unit-newest sanity build labtest fleettest $(MOLECULE_S
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
 CI_LOGS := tests/output/ci
 
-.PHONY: venv prereqs-lab prereqs-test lab lab-down lab-fleet lab-fleet-down site lint sanity unit labtest vmlabtest molecule \
+.PHONY: venv prereqs-lab prereqs-test lab lab-down lab-registry lab-registry-down lab-fleet lab-fleet-down site lint sanity unit labtest vmlabtest molecule \
 	$(MOLECULE_STAGES) test build bench unit-newest
 
 venv: $(VENV)/.installed
@@ -35,7 +35,16 @@ lab: prereqs-lab venv
 	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml lab/seed_checkpoint.yml
 
 lab-down:
+	bash lab/registry.sh down
 	bash lab/lab.sh down
+
+# The lab registry (Debian's docker-registry on the management network, lab/registry.sh) with the simulator pushed;
+# then `$(BIN)/ansible-playbook -i inventories/lab/hosts.yml site.yml -e @.lab/registry/vars.yml` pulls it by digest.
+lab-registry: lab
+	bash lab/registry.sh up
+
+lab-registry-down:
+	bash lab/registry.sh down
 
 # The SIMULATED fleet (three serving groups, seven nodes) of inventories/lab-fleet, beside the pair; the
 # simulator archive is built only when missing or older than its sources. Then:

@@ -541,6 +541,18 @@ lab_objects() {
   } | awk 'NF && !seen[$0]++'
 }
 
+# The lab registry (lab/registry.sh) joins the management network but is no node of the lab: it leaves the network
+# (and keeps running on Docker's default bridge), or the network could not be removed.
+detach_registry() {
+  local net=$1 c
+  for c in $(docker network inspect -f '{{range .Containers}}{{.Name}} {{end}}' "$net" 2>/dev/null); do
+    if [[ $(docker container inspect -f '{{index .Config.Labels "dspark.lab.registry"}}' "$c" 2>/dev/null) == 1 ]]; then
+      log "detaching the registry $c from $net"
+      docker network disconnect -f "$net" "$c"
+    fi
+  done
+}
+
 cmd_down() {
   local purge=${1:-} x who others
   [[ -z $purge || $purge == --purge ]] || die "usage: lab.sh down [--purge] [-i INVENTORY]"
@@ -571,6 +583,7 @@ cmd_down() {
     who=$(owner network "$x")
     [[ $who == absent ]] && continue
     if [[ $who != "$LAB_NAME" ]]; then log "leaving network $x: it belongs to $(describe "$who")"; continue; fi
+    detach_registry "$x"
     log "removing network $x"
     docker network rm "$x" >/dev/null
   done < <(lab_objects network)

@@ -2,7 +2,7 @@
 
 tests/templates/render.yml runs the venv's ansible-playbook on the controller only (connection local, two local
 "nodes" of one serving group), renders serve's compose file, secrets.env and api-keys.yaml per rank, docker_runtime's
-proxy drop-in and environment file and nfs_export's exports line into a temporary directory, and the test parses them
+proxy drop-in, environment file and daemon.json and nfs_export's exports line into a temporary directory, and the test parses them
 back. About 10 s per run on the loaded 2-core machine.
 """
 
@@ -193,3 +193,34 @@ def test_unsafe_exports_and_proxy_values_are_refused(tmp_path):
     assert 'nfs_export_options contains ["sec=sys,rw"]' in output
     assert "docker_runtime_proxy.http_proxy, docker_runtime_proxy.https_proxy" in output
     assert "it's-secret" not in output
+
+
+def test_daemon_json_has_no_insecure_registries_by_default(benign):
+    config = json.loads((benign / "daemon.json").read_text())
+    assert "insecure-registries" not in config
+    assert config["runtimes"] == {"nvidia": {"path": "nvidia-container-runtime", "args": []}}
+    assert config["live-restore"] is False and config["log-driver"] == "json-file"
+
+
+def test_insecure_registries_are_added_to_daemon_options(tmp_path):
+    """Issue #15 point 2: the lab registry (plain HTTP) is listed in daemon.json, beside any the options hold."""
+    options = {"log-driver": "json-file", "insecure-registries": ["registry.lab:5000"]}
+    run, out = render(tmp_path, {"docker_runtime_insecure_registries": ["10.231.0.250:5000", "registry.lab:5000",
+                                                                        "reg-1.example.org", "10.0.0.0/8", "[fd00::5]:5000"],
+                                 "docker_runtime_daemon_options": options})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    config = json.loads((out / "daemon.json").read_text())
+    assert config["insecure-registries"] == ["registry.lab:5000", "10.231.0.250:5000", "reg-1.example.org", "10.0.0.0/8",
+                                             "[fd00::5]:5000"]
+    assert config["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
+
+
+def test_malformed_insecure_registries_are_refused(tmp_path):
+    bad = ["http://10.231.0.250:5000", "10.231.0.250:5000/v2", "reg:70000", "reg:0", "a b:5000", "-reg:5000", ""]
+    run, out = render(tmp_path, {"docker_runtime_insecure_registries": ["10.231.0.250:5000"] + bad})
+    output = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert not (out / "daemon.json").exists()
+    assert "docker_runtime_insecure_registries has %s: each entry must be HOST:PORT" % ", ".join(json.dumps(b) for b in bad) \
+        in " ".join(output.split()), output[-3000:]
+    assert "Nothing was changed" in output

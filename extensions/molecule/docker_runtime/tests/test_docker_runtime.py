@@ -1,5 +1,7 @@
 """Verify docker_runtime on the lab pair: engine, compose v2, config, the same image everywhere, and the
-two refusals (a mismatched image, a restart under running containers) reported by name."""
+two refusals (a mismatched image, a restart under running containers) reported by name. The converge uses the
+tarball path; the registry path (issue #15 point 2: the lab registry of lab/registry.sh, pull by digest, a wrong
+digest) runs last, from the pin that prepare.yml's `registry.sh up` wrote."""
 
 import json
 import os
@@ -8,7 +10,8 @@ import shutil
 import subprocess
 
 import pytest
-from labhosts import lab_node
+import yaml
+from labhosts import NODES, lab_node
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 INVENTORY = ROOT / "inventories" / "lab" / "hosts.yml"
@@ -16,6 +19,9 @@ INVENTORY = ROOT / "inventories" / "lab" / "hosts.yml"
 PLAYBOOK = pathlib.Path(__file__).resolve().parents[1] / "converge.yml"
 ARCHIVE = pathlib.Path(os.environ.get("DSPARK_LAB_STATE", ROOT / ".lab")) / "images" / "vllm-sim.tar"
 IMAGE = "dspark-lab/vllm-sim:latest"
+# Written by lab/registry.sh up (prepare.yml): address (as the nodes reach it), image (the digest pin), vars.yml.
+REGISTRY_STATE = pathlib.Path(os.environ.get("DSPARK_LAB_STATE", ROOT / ".lab")) / "registry"
+REGISTRY_CONTAINER = "dspark-lab-registry"
 
 
 def archive_id():
@@ -178,3 +184,85 @@ def test_stale_package_lists_are_refreshed_without_a_fatal(worker_with_emptied_p
     assert worker.run("ls /var/lib/apt/lists | grep -q _Packages").rc == 0
     rc, out = playbook("-l", "spark-worker")
     assert rc == 0 and recap(out, "spark-worker")["changed"] == 0, out
+
+
+# --- The registry path (issue #15 point 2). Last in this file: the other tests run the tarball path. ---------------
+
+def flat(out):
+    """The output with every run of whitespace as one space (the YAML callback folds long messages)."""
+    return " ".join(out.split())
+
+
+def test_daemon_trusts_the_lab_registry(lab_host):
+    address = (REGISTRY_STATE / "address").read_text().strip()
+    config = json.loads(lab_host.file("/etc/docker/daemon.json").content_string)
+    assert config["insecure-registries"] == [address]
+    # dockerd was restarted with it (the check mode and idempotence steps saw no further change).
+    info = lab_host.check_output("docker info")
+    assert address in info.split("Insecure Registries:", 1)[1].split("\n\n")[0], info
+
+
+@pytest.fixture
+def registry_pin():
+    """The variables of the registry path (registry.sh's vars.yml: source registry, the registry trusted, dspark_image
+    pinned by digest), with the pinned reference absent from both nodes before and after (the tarball's image keeps
+    its tag: `docker rmi repo@digest` only drops that reference)."""
+    pin = yaml.safe_load((REGISTRY_STATE / "vars.yml").read_text())
+    assert pin["docker_runtime_image_source"] == "registry" and "@sha256:" in pin["dspark_image"], pin
+    nodes = [lab_node(name) for name in NODES]
+    for node in nodes:
+        node.run("docker rmi %s" % pin["dspark_image"])
+        assert node.run("docker image inspect %s" % pin["dspark_image"]).rc != 0
+    yield pin
+    for node in nodes:
+        node.run("docker rmi %s" % pin["dspark_image"])
+
+
+def images(node):
+    return node.check_output("docker images --all --digests --no-trunc --format '{{.Repository}} {{.Tag}} {{.Digest}} {{.ID}}'"
+                             " | sort")
+
+
+def test_registry_pull_by_digest_gives_the_archive_image_on_every_node(registry_pin):
+    ref = registry_pin["dspark_image"]
+    digest = ref.split("@", 1)[1]
+    rc, out = playbook("-e", json.dumps(registry_pin))
+    assert rc == 0, out
+    assert "fatal:" not in out and "...ignoring" not in out, out
+    # The same build as the archive: one ID on every node, and the tarball path's ID.
+    ids = {name: lab_node(name).check_output("docker image inspect --format '{{.Id}}' %s" % ref) for name in NODES}
+    assert set(ids.values()) == {archive_id()}, ids
+    for name in NODES:
+        assert recap(out, name)["changed"] >= 1, out
+        digests = lab_node(name).check_output("docker image inspect --format '{{json .RepoDigests}}' %s" % ref)
+        assert ref.split(":", 1)[0] in digests and digest in digests, digests
+    # Each node fetched the manifest by digest from the lab registry (its access log names the client's address).
+    log = subprocess.run(["docker", "logs", REGISTRY_CONTAINER], capture_output=True, text=True, check=True)
+    lines = [line for line in (log.stdout + log.stderr).splitlines() if '"GET /v2/dspark-lab/vllm-sim/manifests/%s ' % digest in line]
+    for name in NODES:
+        addresses = lab_node(name).check_output("hostname -I").split()
+        assert any(line.split(" ", 1)[0] in addresses for line in lines), (name, addresses, lines)
+    # Present by digest: nothing pulled or changed on the second run.
+    rc, out = playbook("-e", json.dumps(registry_pin))
+    assert rc == 0, out
+    for name in NODES:
+        assert recap(out, name)["changed"] == 0, out
+
+
+def test_wrong_digest_fails_clearly_and_changes_nothing(registry_pin):
+    ref = registry_pin["dspark_image"]
+    # A well-formed digest the registry does not hold (the real one with its last hex digit changed).
+    wrong = ref[:-1] + ("0" if ref[-1] != "0" else "1")
+    nodes = {name: lab_node(name) for name in NODES}
+    before = {name: (images(node), node.file("/etc/docker/daemon.json").content_string) for name, node in nodes.items()}
+    rc, out = playbook("-e", json.dumps(dict(registry_pin, dspark_image=wrong)))
+    assert rc != 0
+    text = flat(out)
+    for name in NODES:
+        assert "%s: cannot pull dspark_image=%s:" % (name, wrong) in text, out
+        counts = recap(out, name)
+        assert counts["failed"] == 1 and counts["changed"] == 0, out
+    assert "manifest unknown" in text, out
+    assert "Fix: check that the registry holds this digest" in text, out
+    assert {name: (images(node), node.file("/etc/docker/daemon.json").content_string) for name, node in nodes.items()} \
+        == before
