@@ -26,15 +26,11 @@ options:
     type: str
     required: true
     choices: [input_problems, links, pre_args, post_interfaces, backend, container, backend_problems, live_differs, rings,
-              files_to_write, sysctls_differ, rank_env, ping_peers, bw_links, bandwidth, server_timeout, bw_results, bw_low,
+              sysctls_differ, rank_env, ping_peers, bw_links, bandwidth, server_timeout, bw_results, bw_low,
               check_problems, check_result, report, summary]
   hostvars:
     description: The play's C(hostvars), for what the members published (C(ping_peers), C(bandwidth), C(report)).
     type: raw
-  files:
-    description: The rendered files (C(files_to_write)).
-    type: list
-    elements: dict
 """
 
 EXAMPLES = r"""
@@ -62,11 +58,9 @@ def _published(hostvars, hosts, name, default=None):
     return {host: _group_model.read(hostvars or {}, host, name, default) for host in hosts}
 
 
-def fabric_plan(inputs, part, hostvars=None, files=None):
+def fabric_plan(inputs, part, hostvars=None):
     if part in _PLAIN:
         return getattr(_fabric_plan, part)(inputs)
-    if part == "files_to_write":
-        return _fabric_plan.files_to_write(inputs, files or [])
     if part == "ping_peers":
         return _fabric_plan.ping_peers(inputs, _published(hostvars, inputs["model"]["peers"], "fabric_links", []))
     if part == "bandwidth":

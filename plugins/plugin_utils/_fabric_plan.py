@@ -12,7 +12,6 @@ definition preflight runs too (``inventory_rules.check_fabric``). Pure Python (s
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import re
 
@@ -335,17 +334,6 @@ def rings(inputs):
             tx = min(wanted_tx, ring["tx_max"]) if wanted_tx > 0 else ring["tx"]
             out.append({"name": link["name"], "rx": rx, "tx": tx, "rx_max": ring["rx_max"], "tx_max": ring["tx_max"],
                         "change": rx != ring["rx"] or tx != ring["tx"]})
-    return out
-
-
-def files_to_write(inputs, files):
-    """The rendered files whose checksum (sha1) or mode differs from what fabric_check read on the node."""
-    paths = (inputs.get("pre") or {}).get("paths") or {}
-    out = []
-    for entry in files:
-        now = paths.get(entry["dest"]) or {}
-        if now.get("checksum") != hashlib.sha1(str(entry["content"]).encode("utf-8")).hexdigest() or now.get("mode") != entry["mode"]:
-            out.append(entry)
     return out
 
 

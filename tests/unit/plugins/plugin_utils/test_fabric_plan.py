@@ -4,7 +4,6 @@ The expected messages and values are those the role's Jinja produced for the sam
 vars file on the lab, fleet lab, VM lab and example inventories before the move).
 """
 
-import hashlib
 import itertools
 
 import pytest
@@ -257,13 +256,7 @@ def test_rings(rx, tx, rings):
     assert fp.rings(inputs(pre=unsupported, ring_rx=rx, ring_tx=tx)) == []
 
 
-def test_files_and_sysctls():
-    same = {"dest": "/etc/a", "mode": "0644", "content": "x = 1\n"}
-    other_mode = {"dest": "/etc/b", "mode": "0600", "content": "y\n"}
-    new = {"dest": "/etc/c", "mode": "0644", "content": "z\n"}
-    paths = {"/etc/a": {"checksum": hashlib.sha1(b"x = 1\n").hexdigest(), "mode": "0644"},
-             "/etc/b": {"checksum": hashlib.sha1(b"y\n").hexdigest(), "mode": "0644"}}
-    assert fp.files_to_write(inputs(pre=pre(paths=paths)), [same, other_mode, new]) == [other_mode, new]
+def test_sysctls_differ():
     assert fp.sysctls_differ(inputs(pre=pre())) is False
     assert fp.sysctls_differ(inputs(pre=pre(sysctls={"net.core.rmem_max": "212992"}))) is True
     assert fp.sysctls_differ(inputs(pre=pre(sysctls={}))) is True
@@ -384,8 +377,6 @@ def test_filter_shell():
     assert fabric_plan(values, "links") == fp.links(values)
     assert fabric_plan(values, "ping_peers", hostvars) == fp.ping_peers(values, {h: hostvars[h]["fabric_links"] for h in TRIO})
     assert fabric_plan(values, "bandwidth", hostvars) == fp.bandwidth(values, plans())
-    assert fabric_plan(values, "files_to_write", files=[{"dest": "/x", "mode": "0644", "content": ""}]) == [
-        {"dest": "/x", "mode": "0644", "content": ""}]
     with pytest.raises(Exception, match="unknown part"):
         fabric_plan(values, "nope")
 
