@@ -17,7 +17,7 @@ description:
   - First one C(--dry-run) pass with O(filters) lists what differs (one SSH login). When nothing does, the
     module reports no change and stops there. Otherwise only the files to send are bucketed (a resumed copy
     balances what is left). When the destination directory does not exist yet, one pass of directories only
-    creates it first: rsync's C(mkdir) of a missing destination fails when a parallel stream made it first.
+    creates it first, because rsync's C(mkdir) of a missing destination fails when a parallel stream made it first.
     A last single rsync pass with O(filters) follows (the whole copy when
     O(streams=1)). It sends links and C(refs/main), sets the directories' times, and makes a second run
     report no change.
