@@ -95,6 +95,9 @@ def load_inventory(inventory):
     if not tool:
         raise SpecError(['ansible-inventory not found (neither %s/.venv/bin nor PATH). Fix: make venv' % REPO])
     env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED='true', ANSIBLE_NOCOLOR='1')
+    # The inventory printed whole (lab keys included) is this query's answer, not a record: keep it out of a log file
+    # that the caller's Ansible runs write (the serve scenario's leak sweep logs every run).
+    env.pop('ANSIBLE_LOG_PATH', None)
     result = subprocess.run([tool, '-i', os.path.abspath(inventory), '--list'], cwd=REPO, env=env,
                             capture_output=True, text=True, check=False)
     if result.returncode != 0:
