@@ -596,7 +596,8 @@ def resolve_gid_index(selector_text, inventory, netdev_ipv4, match_ip=None):
         'gid_index': chosen,
         'hca': selector_text,
         'selector': {'exclude': selector['exclude'], 'exact': selector['exact'],
-                     'items': [{'name': i['name'], 'port': i['port']} for i in selector['items']]},
+                     # not 'items': a return key Jinja's dot notation cannot reach (dict.items)
+                     'devices': [{'name': i['name'], 'port': i['port']} for i in selector['items']]},
         'match_ip': str(mip) if mip is not None else None,
         'match_ip_used': chosen in via_match,
         'shared_indexes': sorted(shared),

@@ -116,7 +116,9 @@ bytes_to_send:
   returned: always
   type: int
 streams:
-  description: Per pass (dry run, directories when the destination is new, each stream, final pass), its name, number of files, bytes, exit status, attempts and seconds.
+  description: >-
+    Per pass (dry run, directories when the destination is new, each stream, final pass), its name, number of files,
+    bytes, exit status, attempts and seconds.
   returned: always
   type: list
   elements: dict
@@ -144,7 +146,7 @@ def run_with_retries(module, argvs, retries, delay):
     """Start every argv at once, wait for all, start the ones that failed on the network again (up to
     `retries` more rounds). Returns per argv (rc, stdout, stderr, attempts, seconds) of its last attempt;
     stdout holds the itemized lines of every attempt."""
-    results = [None] * len(argvs)
+    results = {}
     pending = list(range(len(argvs)))
     attempt = 0
     while pending:
@@ -153,7 +155,7 @@ def run_with_retries(module, argvs, retries, delay):
         pending = []
         for i, t0, proc in procs:
             rc, out, err = finish(proc)
-            previous = results[i][1] if results[i] else ''
+            previous = results[i][1] if i in results else ''
             results[i] = (rc, previous + out, err, attempt, round(time.monotonic() - t0, 3))
             if rc != 0 and attempt <= retries and transient(rc, err):
                 pending.append(i)
@@ -162,7 +164,7 @@ def run_with_retries(module, argvs, retries, delay):
                         % (len(pending), ', '.join('rc=%s' % results[i][0] for i in pending), attempt + 1,
                            retries + 1, delay))
             time.sleep(delay)
-    return results
+    return [results[i] for i in range(len(argvs))]
 
 
 def run(module):

@@ -114,11 +114,11 @@ selector:
     exact:
       description: Whether a leading C(=) requires exact names.
       type: bool
-    items:
+    devices:
       description: The list items, each with C(name) and C(port) (null for any port).
       type: list
       elements: dict
-  sample: {"exclude": false, "exact": true, "items": [{"name": "rocep1s0f1", "port": null}]}
+  sample: {"exclude": false, "exact": true, "devices": [{"name": "rocep1s0f1", "port": null}]}
 match_ip:
   description: The preferred IPv4 address, normalized, or null when none was given.
   returned: success

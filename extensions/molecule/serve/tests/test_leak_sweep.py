@@ -42,8 +42,8 @@ def samples():
         node = lab_node(name)
         # the bracket keeps this check's own `sh -c` command line from matching
         assert node.run("pgrep -f '[d]spark-leak-sampler'").rc != 0, "%s: the sampler did not stop" % name
-        files = {f: node.run("cat %s/%s" % (SWEEP, f)).stdout for f in ("samples", "ps.hits", "systemctl.hits",
-                                                                         "systemctl.last")}
+        names = ("samples", "ps.hits", "systemctl.hits", "systemctl.last")
+        files = {f: node.run("cat %s/%s" % (SWEEP, f)).stdout for f in names}
         out[name] = (int(files["samples"] or 0), files["ps.hits"].splitlines(), files["systemctl.hits"].splitlines(),
                      files["systemctl.last"])
     return out

@@ -71,7 +71,7 @@ def test_dual_hca_with_given_addresses(capsys, sysfs):
         ("roceP2p1s0f1", 1, "enP2p1s0f1np1", [3]), ("rocep1s0f1", 1, "enp1s0f1np1", [3])]
     assert out["netdev_ipv4"] == {"enp1s0f1np1": ["192.168.177.11"], "enP2p1s0f1np1": ["192.168.178.11"]}
     assert out["selector"] == {"exclude": False, "exact": True,
-                               "items": [{"name": "rocep1s0f1", "port": None}, {"name": "roceP2p1s0f1", "port": None}]}
+                               "devices": [{"name": "rocep1s0f1", "port": None}, {"name": "roceP2p1s0f1", "port": None}]}
     assert "warnings" not in out
 
 
