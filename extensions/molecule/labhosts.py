@@ -30,10 +30,13 @@ def lab_node(name):
 
 
 def playbook(name, inventory=LAB_INVENTORY, *extra):
-    """(rc, stdout+stderr) of playbooks/<name> run on the lab pair (or another inventory)."""
+    """(rc, stdout+stderr) of playbooks/<name> run on the lab pair (or another inventory), at the default verbosity
+    unless `extra` asks for more: a scenario's verbosity and log file (the serve scenario's leak sweep sets them for
+    its provisioner, and Molecule hands them to the verifier too) stay out of the tests' own runs."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_VERBOSITY", "ANSIBLE_LOG_PATH")}
     run = subprocess.run([shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(inventory),
                           str(ROOT / "playbooks" / name), *extra],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
     return run.returncode, run.stdout + run.stderr
 
 
