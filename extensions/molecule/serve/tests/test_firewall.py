@@ -1,7 +1,8 @@
 """The serve role's nftables table in the lab (issue #13 points 2 and 6): the rendezvous port listens on every
 address, yet a packet from outside the group (the controller, on the fabric bridge's gateway address and on the
 management network) does not reach it nor the API, while SSH does and the group's own ranks registered (converge's
-tp_ranks). Turning the firewall off removes the table, and the same probe then connects: the probe can see it."""
+tp_ranks). Turning the firewall off removes the table, and the same probe then connects: the probe can see it. The
+next serve.yml run (test_hotfixes.py) applies the table again; test_serve.py checks it is back."""
 
 import json
 import socket
@@ -35,13 +36,9 @@ def test_rendezvous_and_api_listen_but_outsiders_get_only_ssh():
         assert not reaches(address, 8888), "%s:8888 (API) reachable from outside serve_api_allowed_cidrs" % address
 
 
-def test_firewall_off_removes_the_table_and_opens_the_ports_then_on_again():
+def test_firewall_off_removes_the_table_and_opens_the_ports():
+    """Left off: the next serve.yml run of these tests (the inventory says true) puts the table back."""
     rc, out = playbook("serve.yml", LAB_INVENTORY, "-e", json.dumps({"serve_firewall": False}))
     assert rc == 0, out[-3000:]
-    try:
-        assert lab_node("spark-head").run(TABLE).rc != 0
-        assert reaches(HEAD_FABRIC, 25000) and reaches(HEAD_MGMT, 8888)
-    finally:
-        rc, out = playbook("serve.yml")
-    assert rc == 0, out[-3000:]
-    assert lab_node("spark-head").run(TABLE).rc == 0 and not reaches(HEAD_FABRIC, 25000)
+    assert lab_node("spark-head").run(TABLE).rc != 0
+    assert reaches(HEAD_FABRIC, 25000) and reaches(HEAD_MGMT, 8888)

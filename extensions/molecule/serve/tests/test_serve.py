@@ -15,6 +15,12 @@ LAB = ROOT / "inventories" / "lab"
 NODES = ("spark-head", "spark-worker")
 
 
+def test_the_firewall_table_is_back_after_the_next_serve_run():
+    """test_firewall.py left serve_firewall off; test_hotfixes.py's forced restart ran serve.yml with the inventory's true."""
+    for name in NODES:
+        assert lab_node(name).run("nft list table inet dspark_serve").rc == 0, name
+
+
 def test_both_ranks_run_with_their_rank_flags():
     head, worker = container("spark-head"), container("spark-worker")
     assert head["State"]["Running"] and worker["State"]["Running"]
