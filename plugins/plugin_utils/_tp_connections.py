@@ -3,11 +3,12 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """How the tp_ranks action reaches each member of a serving group: one Ansible connection per member.
 
-The host the task runs on (or is delegated to) uses the task's own connection; every other member gets its
-connection plugin (``ansible_connection``, ``smart`` = ssh) configured from its own inventory variables, the way
-TaskExecutor builds the connection of a delegated host. Shell commands never use become (the caller adds its own
-``sudo -n``); modules run through ActionBase's module execution on a connection without become. The connections are
-kept for the whole poll (ssh ControlPersist makes each command cheap) and closed at the end.
+Every member, the task's own host included, gets its connection plugin (``ansible_connection``, ``smart`` = ssh)
+configured from its own inventory variables, the way TaskExecutor builds the connection of a delegated host, on a
+no_log play context: the ssh plugin's -vvv trace would otherwise print the ranks' raw logs, keys included (the
+task's own connection is used only when the task itself is no_log). Shell commands never use become (the caller
+adds its own ``sudo -n``); modules run through ActionBase's module execution on a connection without become. The
+connections are kept for the whole poll (ssh ControlPersist makes each command cheap) and closed at the end.
 
 Only public plugin APIs: ``connection_loader``, ``ConnectionBase`` (``set_options``, ``exec_command``,
 ``set_become_plugin``, ``close``), ``C.config.get_plugin_vars`` and ``ActionBase._execute_module``.
@@ -61,11 +62,15 @@ class MemberConnections:
         found.setdefault("inventory_hostname", host)
         return found
 
-    def _play_context(self, host, name):
+    def _play_context(self, host, name, censored=False):
         play_context = self._action._play_context.copy()
         play_context.connection = name
         play_context.remote_addr = self._member_vars(host, ("ansible_host",)).get("ansible_host") or host
         play_context.become = False
+        if censored:
+            # What the ranks' logs hold before tp_ranks redacts it (vLLM logs keys given by --config): the ssh
+            # plugin's -vvv trace prints every command's raw output unless its play context is no_log.
+            play_context.no_log = True
         return play_context
 
     def _build(self, host):
@@ -76,7 +81,7 @@ class MemberConnections:
         name = first.get("ansible_connection") or action._task.connection or C.DEFAULT_TRANSPORT
         if name == "smart":
             name = "ssh"
-        conn = connection_loader.get(name, self._play_context(host, name), new_stdin=None,
+        conn = connection_loader.get(name, self._play_context(host, name, censored=True), new_stdin=None,
                                      task_uuid=action._task._uuid, ansible_playbook_pid=to_text(os.getppid()))
         if not conn:
             raise AnsibleError("the connection plugin '%s' (for %s) was not found" % (name, host))
@@ -106,9 +111,11 @@ class MemberConnections:
         return self._built[host]
 
     def get(self, host):
-        """The connection commands to ``host`` use (the task's own one for the task's host)."""
-        if host == self._own_host and self._action._connection is not None:
-            return self._action._connection
+        """The connection commands to ``host`` use: one built here (its -vvv trace censored), or for the task's host
+        the task's own one when that is censored too (a no_log task)."""
+        own = self._action._connection
+        if host == self._own_host and own is not None and self._action._play_context.no_log:
+            return own
         return self._own_built(host)
 
     def run(self, host, command, in_data=None):

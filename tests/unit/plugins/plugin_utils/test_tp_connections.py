@@ -180,7 +180,8 @@ def test_run_module_never_becomes(monkeypatch):
     action = make_action(own)
     members = MemberConnections(action, module_hostvars(), own_host="m-head")
     try:
-        # The task's own connection without become is used as it is; the interpreter fact is not the task host's.
+        # A no_log task's own connection without become is used as it is; the interpreter fact is not the task host's.
+        action._play_context.no_log = True
         assert members.run_module("m-head", "ansible.legacy.ping", {}) == {"changed": False, "ping": "pong"}
         own.become = object()       # the play becomes: the module gets a connection of its own, without become
         members.run_module("m-head", "ansible.legacy.ping", {"data": "x"})
@@ -192,9 +193,26 @@ def test_run_module_never_becomes(monkeypatch):
     assert own.commands == []
 
 
-def test_own_host_uses_the_task_connection_without_sudoable():
+def test_connections_built_here_censor_their_vvv_trace():
+    """The ssh plugin prints each command's raw output at -vvv unless its play context is no_log: the ranks' logs
+    (vLLM logs keys given by --config) must not reach the screen before tp_ranks redacts them."""
     own = OwnConnection()
     action = make_action(own)
+    assert action._play_context.no_log is False
+    members = MemberConnections(action, hostvars(), own_host="m-head")
+    try:
+        for host in ("m-head", "m-worker", "m-smart"):
+            conn = members.get(host)
+            assert conn is not own and conn._play_context.no_log is True, host
+    finally:
+        members.close()
+    assert action._play_context.no_log is False     # the task's own context is left as it was
+
+
+def test_own_host_uses_a_no_log_task_connection_without_sudoable():
+    own = OwnConnection()
+    action = make_action(own)
+    action._play_context.no_log = True
     action._members = MemberConnections(action, hostvars(), own_host="m-head")
     assert action._run_on("m-head", "docker ps") == (0, "own\n", "")
     assert own.commands == [("docker ps", None, False)]
