@@ -2,7 +2,7 @@
 address, yet a packet from outside the group (the controller, on the fabric bridge's gateway address and on the
 management network) does not reach it nor the API, while SSH does and the group's own ranks registered (converge's
 tp_ranks). Turning the firewall off removes the table, and the same probe then connects: the probe can see it. The
-next serve.yml run (test_hotfixes.py) applies the table again; test_serve.py checks it is back."""
+next successful serve.yml run applies the table again (test_serve.py's two-keys test checks it is back)."""
 
 import json
 import socket
@@ -37,7 +37,7 @@ def test_rendezvous_and_api_listen_but_outsiders_get_only_ssh():
 
 
 def test_firewall_off_removes_the_table_and_opens_the_ports():
-    """Left off: the next serve.yml run of these tests (the inventory says true) puts the table back."""
+    """Left off: the next successful serve.yml run of these tests (the inventory says true) puts the table back."""
     rc, out = playbook("serve.yml", LAB_INVENTORY, "-e", json.dumps({"serve_firewall": False}))
     assert rc == 0, out[-3000:]
     assert lab_node("spark-head").run(TABLE).rc != 0

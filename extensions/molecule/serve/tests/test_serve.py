@@ -15,12 +15,6 @@ LAB = ROOT / "inventories" / "lab"
 NODES = ("spark-head", "spark-worker")
 
 
-def test_the_firewall_table_is_back_after_the_next_serve_run():
-    """test_firewall.py left serve_firewall off; test_hotfixes.py's forced restart ran serve.yml with the inventory's true."""
-    for name in NODES:
-        assert lab_node(name).run("nft list table inet dspark_serve").rc == 0, name
-
-
 def test_both_ranks_run_with_their_rank_flags():
     head, worker = container("spark-head"), container("spark-worker")
     assert head["State"]["Running"] and worker["State"]["Running"]
@@ -97,6 +91,9 @@ def test_api_keys_apply_the_redaction_hotfix_after_the_backports(tmp_path):
     assert rc == 0, out[-4000:]
     leaks = [line[:300] for line in out.splitlines() if any(key in line for key in keys)]
     assert leaks == [], leaks[:10]
+    # test_firewall.py left serve_firewall off; this run (the inventory's true) put the table back.
+    for name in NODES:
+        assert lab_node(name).run("nft list table inet dspark_serve").rc == 0, name
     head, worker = container("spark-head"), container("spark-worker")
     for info in (head, worker):
         argv = " ".join([info["Path"]] + info["Args"] + (info["Config"]["Entrypoint"] or []) + (info["Config"]["Cmd"] or []))
