@@ -69,6 +69,14 @@ def test_failed_verification_removes_the_stamp_and_stops_every_rank(converged):
     assert text.count("serve refuses to start any rank") >= 2  # both ranks fail
 
 
+def test_hostile_entries_remove_the_target_stamp(tmp_path):
+    rc, text = run(tmp_path, {})
+    assert rc == 0 and stamp(tmp_path, "tpl-head").exists(), text[-4000:]
+    rc, text = run(tmp_path, {"fake_hostile": ["-rwsr-sr-x dspark-ckpt /cache/hub/models--x/suid"]})
+    assert rc != 0 and "tpl-head: no verified stamp at %s" % stamp(tmp_path, "tpl-head") in text, text[-4000:]
+    assert not stamp(tmp_path, "tpl-head").exists() and stamp(tmp_path, "tpl-worker").exists()
+
+
 def test_other_manifest_and_absent_snapshot(tmp_path):
     rc, text = run(tmp_path, {})
     assert rc == 0, text[-4000:]
