@@ -106,12 +106,13 @@ def test_receiver_is_unprivileged_and_the_files_plain_and_readable():
     assert TARGET.run("setpriv --reuid=65534 --regid=65534 --clear-groups cat %s/config.json", SNAPSHOT).rc == 0
 
 
-def test_rerun_changes_nothing_and_is_fast():
+def test_rerun_changes_nothing_and_hashes_nothing():
+    # Fast because nothing is read again (no wall-clock bound here: a loaded CI machine is no measure; the
+    # benchmarks in bench/ time it).
     rc, out, seconds = playbook()
     assert rc == 0, out
     assert changed_counts(out) == [0, 0], out
     print("re-run: %.1f s" % seconds)
-    assert seconds < 60
     assert "0 hashed, 9 unchanged" in out, out
 
 
