@@ -1,5 +1,5 @@
 """Verify the checkpoint_scp scenario: the worker's fake checkpoint reached the head byte for byte (in parallel
-streams, the default), a re-run changes nothing and is fast, a killed stream is diagnosed and the copy resumes,
+streams, the default), a re-run changes nothing and hashes nothing, a killed stream is diagnosed and the copy resumes,
 --check lists and copies nothing, one stream is today's copy, a corrupted file is named and repaired, a shard
 missing on the source fails the validation by name, the key is restricted (unprivileged receiver, rrsync -munge
 confined to the model directory), a hostile sender with the key changes nothing outside the model directory and
