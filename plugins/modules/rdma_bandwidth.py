@@ -163,7 +163,9 @@ from ansible_collections.dspark.cluster.plugins.module_utils.fabric_check import
 def run(cmd, timeout):
     """(rc, output); rc None on timeout."""
     try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+        # run_command takes no timeout, and a bandwidth client with no server answering would wait for ever
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,  # pylint: disable=ansible-bad-function
+                              timeout=timeout, check=False)
     except subprocess.TimeoutExpired as e:
         out = e.output or b''
         return None, out.decode('utf-8', 'replace')

@@ -1,4 +1,4 @@
-"""Leak sweep (issue #13 point 6): the lab-only sentinel secrets (sentinels.yml and the lab's serve_api_key) that
+"""Leak sweep (issue #13 point 6): the lab-only sentinel secrets (vars/sentinels.yml and the lab's serve_api_key) that
 converge and idempotence (site.yml at -vvv --diff) handled appear in their 0600 files and nowhere else: not in
 the Ansible log, not in what an unprivileged user saw in `ps` and `systemctl show docker` while the playbooks ran
 (prepare.yml's sampler), not in the nodes' journal, not in saved failure logs.
@@ -18,7 +18,7 @@ SCENARIO = pathlib.Path(__file__).resolve().parents[1]
 NODES = ("spark-head", "spark-worker")
 SWEEP = "/var/tmp/dspark-leak-sweep"
 
-_extra = yaml.safe_load((SCENARIO / "sentinels.yml").read_text())
+_extra = yaml.safe_load((SCENARIO / "vars" / "sentinels.yml").read_text())
 _lab = yaml.safe_load((ROOT / "inventories" / "lab" / "group_vars" / "dspark.yml").read_text())
 SENTINELS = {
     "serve_api_key": _lab["serve_api_key"],
