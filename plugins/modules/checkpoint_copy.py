@@ -133,6 +133,7 @@ seconds:
 """
 
 import os
+import shutil
 import tempfile
 import time
 
@@ -205,11 +206,11 @@ def run(module):
     result['bytes_to_send'] = sum(size for dummy, size in pending)
     if module.check_mode or failures or not planned:
         result['stdout_lines'] = planned
-        result['changed'] = bool(planned) and not failures
     else:
-        if p['streams'] > 1 and len(pending) > 1 and creates_dest(planned):
+        parallel = p['streams'] > 1 and len(pending) > 1
+        if parallel and creates_dest(planned):
             result['stdout_lines'] += single_pass('directories', False, [DIRECTORIES_ONLY])
-        if p['streams'] > 1 and len(pending) > 1 and not failures:
+        if parallel and not failures:
             buckets = balance(pending, p['streams'])
             tmp = tempfile.mkdtemp(prefix='dspark-checkpoint-')
             try:
@@ -221,20 +222,18 @@ def run(module):
                     argvs.append(rsync_argv(p['rsync_options'], ssh, p['src'], p['dest'], files_from=listing))
                 outcomes = run_with_retries(module, argvs, p['retries'], p['retry_delay'])
                 for i, (bucket, (rc, out, err, attempts, seconds)) in enumerate(zip(buckets, outcomes)):
+                    name = 'stream %d/%d' % (i + 1, len(buckets))
                     lines = [line for line in out.splitlines() if line.strip()]
                     result['stdout_lines'] += lines
-                    result['streams'].append(dict(name='stream %d/%d' % (i + 1, len(buckets)), files=len(bucket['files']),
-                                                  bytes=bucket['bytes'], rc=rc, attempts=attempts, seconds=seconds))
+                    result['streams'].append(dict(name=name, files=len(bucket['files']), bytes=bucket['bytes'], rc=rc,
+                                                  attempts=attempts, seconds=seconds))
                     if rc != 0:
-                        failures.append(diagnose(p['dest'], 'stream %d/%d' % (i + 1, len(buckets)), rc, err, bucket, lines))
+                        failures.append(diagnose(p['dest'], name, rc, err, bucket, lines))
             finally:
-                for name in os.listdir(tmp):
-                    os.unlink(os.path.join(tmp, name))
-                os.rmdir(tmp)
+                shutil.rmtree(tmp)
         if not failures:
             # links, refs, directories and their times; everything when streams == 1
             result['stdout_lines'] += single_pass('final pass', False)
-        result['changed'] = True
 
     result['seconds'] = round(time.monotonic() - started, 3)
     result['changed'] = bool(result['stdout_lines'])
