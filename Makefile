@@ -6,13 +6,19 @@ BIN := $(VENV)/bin
 ALL_SCENARIOS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard extensions/molecule/*/molecule.yml)))))
 SCENARIOS := $(filter default,$(ALL_SCENARIOS)) $(filter-out default,$(ALL_SCENARIOS))
 MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
-# The stages of `make test`, in order: each a target of this Makefile, run through tests/ci/stage.sh.
-TEST_STAGES := lint unit unit-newest sanity build labtest fleettest $(MOLECULE_STAGES)
+# The stages of `make test`: each a target of this Makefile, run through tests/ci/stage.sh, in three lanes that run
+# beside each other (tests/ci/lanes.sh): the controller-only stages then the fleet lab; the pair lab's scenarios
+# (every scenario but vmlab); the VM lab. The labs share only the node and simulator images, built first.
+VM_STAGES := $(filter molecule-vmlab,$(MOLECULE_STAGES))
+LANE_FLEET := lint unit unit-newest sanity build fleettest
+LANE_PAIR := labtest $(filter-out $(VM_STAGES),$(MOLECULE_STAGES))
+LANE_VM := $(VM_STAGES)
+TEST_STAGES := lab-images $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM)
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
 CI_LOGS := tests/output/ci
 
 .PHONY: venv prereqs-lab prereqs-test lab lab-down lab-registry lab-registry-down lab-fleet lab-fleet-down site lint sanity unit labtest vmlabtest molecule \
-	$(MOLECULE_STAGES) test build bench unit-newest
+	$(MOLECULE_STAGES) test build bench unit-newest lab-images
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt
@@ -122,12 +128,20 @@ $(MOLECULE_STAGES): molecule-%: venv
 bench: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH bash bench/run.sh
 
-# What CI runs (.ci/run): one line per stage with its result and time; on a failure the tail of its log, and stop.
+# What CI runs (.ci/run): one line per stage with its result and time; on a failure the tail of its log. The lane
+# that failed stops, the others run to their end.
 test: prereqs-test venv
-	@rm -rf $(CI_LOGS); echo "make test: $(words $(TEST_STAGES)) stages, whole output of each in $(CI_LOGS)/<stage>.log"
-	@start=$$(date +%s); for s in $(TEST_STAGES); do \
-	  CI_LOGS=$(CI_LOGS) bash tests/ci/stage.sh $$s $(MAKE) --no-print-directory $$s || exit 1; \
-	done; echo "make test: all $(words $(TEST_STAGES)) stages passed in $$(( $$(date +%s) - start )) s"
+	@rm -rf $(CI_LOGS); echo "make test: $(words $(TEST_STAGES)) stages in 3 lanes, whole output of each in $(CI_LOGS)/<stage>.log"
+	@start=$$(date +%s); export CI_LOGS=$(CI_LOGS); \
+	  bash tests/ci/stage.sh lab-images $(MAKE) --no-print-directory lab-images && \
+	  MAKE=$(MAKE) bash tests/ci/lanes.sh "$(LANE_FLEET)" "$(LANE_PAIR)" "$(LANE_VM)"; rc=$$?; \
+	  if [ $$rc = 0 ]; then echo "make test: all $(words $(TEST_STAGES)) stages passed in $$(( $$(date +%s) - start )) s"; \
+	  else echo "make test: FAILED after $$(( $$(date +%s) - start )) s"; fi; exit $$rc
+
+# The images every lab shares (the node image, the SIMULATOR archive), built once before the lanes start.
+lab-images: prereqs-lab
+	bash lab/lab.sh image
+	$(MAKE) --no-print-directory $(SIM_TAR)
 
 # The router on the fleet lab (tests/fleet/test_router.py, about 10-15 min on 2 cores): needs `make lab-fleet`
 # and site.yml on it; skipped when the fleet lab is not up, unless DSPARK_LAB_REQUIRED=1.

@@ -18,7 +18,6 @@ log=$logs/$name.log
 # Plain text in the log (Molecule, ansible-lint and pytest colour their output when TERM says xterm).
 export NO_COLOR=1
 
-printf '%-26s ' "$name"
 start=$SECONDS
 {
   echo "# stage $name: $* (started $(date '+%F %T'))"
@@ -26,10 +25,14 @@ start=$SECONDS
 } >"$log" 2>&1
 rc=$?
 secs=$((SECONDS - start))
+# The report is written once, at the end: stages of other lanes (tests/ci/lanes.sh) print beside this one.
 if ((rc == 0)); then
-  printf 'ok    %5d s\n' "$secs"
+  printf '%-26s ok    %5d s\n' "$name" "$secs"
   exit 0
 fi
-printf 'FAIL  %5d s  (exit %d), whole output in %s; its last %d lines:\n' "$secs" "$rc" "$log" "$lines"
-tail -n "$lines" "$log" | sed 's/^/  | /'
+report=$(
+  printf '%-26s FAIL  %5d s  (exit %d), whole output in %s; its last %d lines:\n' "$name" "$secs" "$rc" "$log" "$lines"
+  tail -n "$lines" "$log" | sed 's/^/  | /'
+)
+printf '%s\n' "$report"
 exit "$rc"

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `make test`'s lanes: each argument is one lane, a space-separated list of stages (targets of the Makefile) run in
+# order through tests/ci/stage.sh; the lanes run beside each other. A lane stops at its first failed stage and
+# names the stages it skipped; the other lanes run to their end, so one run reports every failing lane.
+# Exit status 0 only when every stage of every lane passed.
+# Why lanes: most stages are one Ansible controller or one QEMU guest waiting on another process, so on a
+# 2-core machine the pair lab, the fleet lab and the VM lab (separate containers, networks and VMs) overlap well.
+# Usage: lanes.sh "STAGE STAGE..." ["STAGE..." ...]    (env: MAKE, CI_LOGS, CI_TAIL as in stage.sh)
+set -uo pipefail
+
+if (($# < 1)); then
+  echo "usage: lanes.sh \"STAGE...\" [\"STAGE...\" ...]" >&2
+  exit 2
+fi
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+make=${MAKE:-make}
+
+# run_lane N STAGES: the stages of one lane, in order, until one fails.
+run_lane() {
+  local n=$1 stage left
+  read -r -a left <<<"$2"
+  while ((${#left[@]})); do
+    stage=${left[0]}
+    left=("${left[@]:1}")
+    if ! bash "$here/stage.sh" "$stage" "$make" --no-print-directory "$stage"; then
+      ((${#left[@]})) && echo "lane $n stopped: ${left[*]} not run"
+      return 1
+    fi
+  done
+}
+
+pids=()
+n=0
+for lane; do
+  n=$((n + 1))
+  run_lane "$n" "$lane" &
+  pids+=("$!")
+done
+rc=0
+for pid in "${pids[@]}"; do
+  wait "$pid" || rc=1
+done
+exit "$rc"
