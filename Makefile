@@ -7,18 +7,19 @@ ALL_SCENARIOS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard extensions/mol
 SCENARIOS := $(filter default,$(ALL_SCENARIOS)) $(filter-out default,$(ALL_SCENARIOS))
 MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
 # The stages of `make test`: each a target of this Makefile, run through tests/ci/stage.sh, in three lanes that run
-# beside each other (tests/ci/lanes.sh): the controller-only stages then the fleet lab; the pair lab's scenarios
-# (every scenario but vmlab); the VM lab. The labs share only the node and simulator images, built first.
+# beside each other (tests/ci/lanes.sh): the controller-only stages then the fleet lab; the pair lab (its checks, a
+# converge on the newest ansible-core, every scenario but vmlab); the VM lab. `setup` runs first, alone: what the
+# lanes share (the newest ansible-core's venv, the node and simulator images).
 VM_STAGES := $(filter molecule-vmlab,$(MOLECULE_STAGES))
-LANE_FLEET := lint unit unit-newest sanity build fleettest
-LANE_PAIR := labtest $(filter-out $(VM_STAGES),$(MOLECULE_STAGES))
+LANE_FLEET := lint lint-newest unit unit-newest sanity sanity-newest build fleettest
+LANE_PAIR := labtest converge-newest $(filter-out $(VM_STAGES),$(MOLECULE_STAGES))
 LANE_VM := $(VM_STAGES)
-TEST_STAGES := lab-images $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM)
+TEST_STAGES := setup $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM)
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
 CI_LOGS := tests/output/ci
 
 .PHONY: venv prereqs-lab prereqs-test lab lab-down lab-registry lab-registry-down lab-fleet lab-fleet-down site lint sanity unit labtest vmlabtest molecule \
-	$(MOLECULE_STAGES) test build bench unit-newest lab-images
+	$(MOLECULE_STAGES) test build bench unit-newest setup lint-newest sanity-newest converge-newest
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt
@@ -35,9 +36,7 @@ prereqs-lab prereqs-test: prereqs-%:
 # The lab pair, the SIMULATOR image archive the lab inventory distributes, and a FAKE checkpoint on the worker.
 lab: prereqs-lab venv
 	bash lab/lab.sh up
-	bash lab/simulator/build.sh
-	mkdir -p .lab/images
-	docker save -o .lab/images/vllm-sim.tar dspark-lab/vllm-sim:latest
+	$(MAKE) --no-print-directory $(SIM_TAR)
 	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml lab/seed_checkpoint.yml
 
 lab-down:
@@ -101,6 +100,20 @@ $(NEWEST_VENV)/.installed: requirements-newest.txt
 unit-newest: $(NEWEST_VENV)/.installed
 	$(NEWEST_VENV)/bin/pytest -q -p no:cacheprovider tests/unit/plugins
 
+# ansible-lint's production profile and ansible-test sanity under the newest ansible-core.
+lint-newest: $(NEWEST_VENV)/.installed
+	PATH=$(CURDIR)/$(NEWEST_VENV)/bin:$$PATH $(NEWEST_VENV)/bin/ansible-lint -q --profile production
+
+sanity-newest: $(NEWEST_VENV)/.installed
+	VENV=$(CURDIR)/$(NEWEST_VENV) bash tests/ci/sanity.sh
+
+# One lab converge and its idempotence under the newest ansible-core: the pair (`make lab`), site.yml with
+# .venv-newest's ansible-playbook, then again with changed=0 on every node; the lab is taken down afterwards.
+converge-newest: prereqs-lab venv $(NEWEST_VENV)/.installed
+	$(MAKE) --no-print-directory lab
+	$(BIN)/python tests/ci/converge_twice.py $(NEWEST_VENV)/bin/ansible-playbook inventories/lab/hosts.yml site.yml; rc=$$?; \
+	  bash lab/lab.sh down; exit $$rc
+
 # The lab's own checks (SSH, fabric, DF ping); the lab is taken down afterwards.
 labtest: venv
 	bash lab/lab.sh up
@@ -133,13 +146,14 @@ bench: venv
 test: prereqs-test venv
 	@rm -rf $(CI_LOGS); echo "make test: $(words $(TEST_STAGES)) stages in 3 lanes, whole output of each in $(CI_LOGS)/<stage>.log"
 	@start=$$(date +%s); export CI_LOGS=$(CI_LOGS); \
-	  bash tests/ci/stage.sh lab-images $(MAKE) --no-print-directory lab-images && \
+	  bash tests/ci/stage.sh setup $(MAKE) --no-print-directory setup && \
 	  MAKE=$(MAKE) bash tests/ci/lanes.sh "$(LANE_FLEET)" "$(LANE_PAIR)" "$(LANE_VM)"; rc=$$?; \
 	  if [ $$rc = 0 ]; then echo "make test: all $(words $(TEST_STAGES)) stages passed in $$(( $$(date +%s) - start )) s"; \
 	  else echo "make test: FAILED after $$(( $$(date +%s) - start )) s"; fi; exit $$rc
 
-# The images every lab shares (the node image, the SIMULATOR archive), built once before the lanes start.
-lab-images: prereqs-lab
+# What the lanes share, made once before they start: the newest ansible-core's venv, the node image (and the labs'
+# SSH key), the SIMULATOR archive.
+setup: prereqs-lab venv $(NEWEST_VENV)/.installed
 	bash lab/lab.sh image
 	$(MAKE) --no-print-directory $(SIM_TAR)
 

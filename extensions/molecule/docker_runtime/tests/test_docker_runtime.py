@@ -155,6 +155,43 @@ def test_check_mode_on_converged_nodes_passes_and_changes_nothing():
         assert recap(out, node)["changed"] == 0, out
 
 
+def engine_started(node):
+    return node.check_output("systemctl show docker.service --timestamp=us+utc --property=ActiveEnterTimestamp --value")
+
+
+def test_a_run_that_died_before_restarting_dockerd_is_finished_by_the_next():
+    # Issue #13 point 5: what a run leaves when it wrote daemon.json and died before its `Restart dockerd` handler.
+    # The file holds what this run writes too, so only the node's state (file newer than the engine) can tell.
+    worker = lab_node("spark-worker")
+    before = engine_started(worker)
+    worker.check_output("touch /etc/docker/daemon.json")
+    rc, out = playbook("-l", "spark-worker")
+    assert rc == 0, out
+    assert "runs an older configuration than its files" in out and "/etc/docker/daemon.json last changed" in out, out
+    assert recap(out, "spark-worker")["changed"] >= 1
+    assert engine_started(worker) != before
+    # The restart settled it: the same run again changes nothing.
+    rc, out = playbook("-l", "spark-worker")
+    assert rc == 0, out
+    assert recap(out, "spark-worker")["changed"] == 0, out
+
+
+def test_a_stale_engine_under_running_containers_is_refused_by_name(running_container):
+    head = lab_node("spark-head")
+    before = engine_started(head)
+    head.check_output("touch /etc/docker/daemon.json")
+    try:
+        rc, out = playbook("-l", "spark-head")
+        assert rc != 0
+        assert "/etc/docker/daemon.json last changed" in out and "would stop the running containers %s" % running_container in out
+        assert engine_started(head) == before
+    finally:
+        # Settle the head again for the tests below: no container, then the pending restart.
+        head.run("docker rm -f %s" % running_container)
+        rc, out = playbook("-l", "spark-head")
+        assert rc == 0, out
+
+
 @pytest.fixture
 def worker_with_emptied_package_lists():
     """Issue #15 point 3: the lab image's state (apt lists emptied, their directory freshly touched) with a package
