@@ -18,7 +18,7 @@ TEST_STAGES := setup $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM)
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
 CI_LOGS := tests/output/ci
 
-.PHONY: venv prereqs-lab prereqs-test lab lab-down lab-registry lab-registry-down lab-fleet lab-fleet-down site lint sanity unit labtest vmlabtest molecule \
+.PHONY: venv prereqs-lab prereqs-test lab lab-down lab-fleet lab-fleet-down site lint sanity unit labtest vmlabtest molecule \
 	$(MOLECULE_STAGES) test build bench unit-newest setup lint-newest sanity-newest converge-newest
 
 venv: $(VENV)/.installed
@@ -33,23 +33,17 @@ $(VENV)/.installed: requirements.txt
 prereqs-lab prereqs-test: prereqs-%:
 	@bash tests/ci/prereqs.sh $*
 
-# The lab pair, the SIMULATOR image archive the lab inventory distributes, and a FAKE checkpoint on the worker.
+# The lab pair, the lab registry holding the SIMULATOR image (the lab inventory pins it by digest from there), and
+# a FAKE checkpoint on the worker.
 lab: prereqs-lab venv
 	bash lab/lab.sh up
-	$(MAKE) --no-print-directory $(SIM_TAR)
+	bash lab/simulator/build.sh
+	bash lab/registry.sh up
 	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml lab/seed_checkpoint.yml
 
 lab-down:
 	bash lab/registry.sh down
 	bash lab/lab.sh down
-
-# The lab registry (Debian's docker-registry on the management network, lab/registry.sh) with the simulator pushed;
-# then `$(BIN)/ansible-playbook -i inventories/lab/hosts.yml site.yml -e @.lab/registry/vars.yml` pulls it by digest.
-lab-registry: lab
-	bash lab/registry.sh up
-
-lab-registry-down:
-	bash lab/registry.sh down
 
 # The SIMULATED fleet (three serving groups, seven nodes) of inventories/lab-fleet, beside the pair; the
 # simulator archive is built only when missing or older than its sources. Then:
@@ -112,7 +106,7 @@ sanity-newest: $(NEWEST_VENV)/.installed
 converge-newest: prereqs-lab venv $(NEWEST_VENV)/.installed
 	$(MAKE) --no-print-directory lab
 	$(BIN)/python tests/ci/converge_twice.py $(NEWEST_VENV)/bin/ansible-playbook inventories/lab/hosts.yml site.yml; rc=$$?; \
-	  bash lab/lab.sh down; exit $$rc
+	  $(MAKE) --no-print-directory lab-down; exit $$rc
 
 # The lab's own checks (SSH, fabric, DF ping); the lab is taken down afterwards.
 labtest: venv
