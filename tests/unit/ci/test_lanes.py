@@ -56,7 +56,7 @@ def test_a_failed_stage_stops_its_lane_names_what_it_skipped_and_the_others_fini
 
 
 def test_a_failure_in_the_last_stage_of_a_lane_fails_the_run(tmp_path):
-    result, _ = lanes(tmp_path, "a1", "b1 fail2")
+    result = lanes(tmp_path, "a1", "b1 fail2")[0]
     assert result.returncode == 1
     assert "stopped" not in result.stdout
 
