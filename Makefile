@@ -7,13 +7,14 @@ ALL_SCENARIOS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard extensions/mol
 SCENARIOS := $(filter default,$(ALL_SCENARIOS)) $(filter-out default,$(ALL_SCENARIOS))
 MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
 # The stages of `make test`: each a target of this Makefile, run through tests/ci/stage.sh, in three lanes that run
-# beside each other (tests/ci/lanes.sh): the controller-only stages then the fleet lab; the pair lab (its checks, a
-# converge on the newest ansible-core, every scenario but vmlab); the VM lab. `setup` runs first, alone: what the
-# lanes share (the newest ansible-core's venv, the node and simulator images).
+# beside each other (tests/ci/lanes.sh), each a lab's long stage first and then controller-only stages, so that the
+# lanes take about as long as each other: the fleet lab, then lint and the unit tests; the pair lab (its checks, a
+# converge on the newest ansible-core, every scenario but vmlab); the VM lab, then sanity and the build. `setup` runs
+# first, alone: what the lanes share (the newest ansible-core's venv, the node and simulator images).
 VM_STAGES := $(filter molecule-vmlab,$(MOLECULE_STAGES))
-LANE_FLEET := lint lint-newest unit unit-newest sanity sanity-newest build fleettest
+LANE_FLEET := fleettest lint lint-newest unit unit-newest
 LANE_PAIR := labtest converge-newest $(filter-out $(VM_STAGES),$(MOLECULE_STAGES))
-LANE_VM := $(VM_STAGES)
+LANE_VM := $(VM_STAGES) sanity sanity-newest build
 TEST_STAGES := setup $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM)
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
 CI_LOGS := tests/output/ci
