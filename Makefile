@@ -130,8 +130,9 @@ molecule: venv
 	done
 
 # One scenario: make molecule-preflight.
+# NO_COLOR: plain Ansible output for the verifiers' parsers, as under make test (Molecule forces colours otherwise).
 $(MOLECULE_STAGES): molecule-%: venv
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/molecule test -s $*
+	NO_COLOR=1 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/molecule test -s $*
 
 bench: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH bash bench/run.sh
