@@ -59,11 +59,8 @@ lab-fleet: venv
 lab-fleet-down:
 	bash lab/lab.sh down -i $(LAB_FLEET)
 
-$(SIM_TAR): lab/simulator/Dockerfile lab/simulator/build.sh lab/simulator/dspark_vllm_sim.py
-	bash lab/simulator/build.sh
-	mkdir -p $(@D)
-	docker save -o $@.tmp dspark-lab/vllm-sim:latest
-	mv $@.tmp $@
+$(SIM_TAR): lab/simulator/Dockerfile lab/simulator/build.sh lab/simulator/save.sh lab/simulator/dspark_vllm_sim.py
+	bash lab/simulator/save.sh $@
 
 site: venv
 	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml site.yml

@@ -1,7 +1,7 @@
 """Verify docker_runtime on the lab pair: engine, compose v2, config, the same image everywhere, and the
 two refusals (a mismatched image, a restart under running containers) reported by name. The converge uses the
 tarball path; the registry path (issue #15 point 2: the lab registry of lab/registry.sh, pull by digest, a wrong
-digest) runs last, from the pin that prepare.yml's `registry.sh up` wrote."""
+digest) runs last, from the pin that the shared create's `registry.sh up` wrote."""
 
 import json
 import os
@@ -20,7 +20,7 @@ INVENTORY = ROOT / "inventories" / "lab" / "hosts.yml"
 PLAYBOOK = pathlib.Path(__file__).resolve().parents[1] / "converge.yml"
 ARCHIVE = pathlib.Path(os.environ.get("DSPARK_LAB_STATE", ROOT / ".lab")) / "images" / "vllm-sim.tar"
 IMAGE = "dspark-lab/vllm-sim:latest"
-# Written by lab/registry.sh up (prepare.yml): address (as the nodes reach it), image (the digest pin), vars.yml.
+# Written by lab/registry.sh up (the shared create): address (as the nodes reach it), image (the digest pin), vars.yml.
 REGISTRY_STATE = pathlib.Path(os.environ.get("DSPARK_LAB_STATE", ROOT / ".lab")) / "registry"
 REGISTRY_CONTAINER = "dspark-lab-registry"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
