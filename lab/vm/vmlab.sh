@@ -3,7 +3,7 @@
 # containers cannot do here: kernel NFS, sysctls, RDMA. Each VM has a management NIC (QEMU user-mode NAT,
 # SSH on loopback) and a fabric NIC named enp1s0f1np1 (MTU 9000) carrying a soft-RoCE device rocep1s0f1;
 # the two fabric NICs are joined by a QEMU UDP socket link.
-# Usage: vmlab.sh build | up | down [--purge] | status
+# Usage: vmlab.sh build | up | down [--purge] | status | unplug-fabric NODE | plug-fabric NODE
 set -euo pipefail
 
 VM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -36,6 +36,16 @@ MEMORY=2048
 # over 300 s while make test's other lanes share the 2 cores (measured); the wait ends as soon as both are ready.
 UP_TIMEOUT=${DSPARK_VMLAB_UP_TIMEOUT:-900}
 DOWN_TIMEOUT=15
+# A VM that answers SSH with its fabric NIC up but no soft-RoCE device for this long is repaired (the unit started
+# again, every REPAIR_EVERY s) instead of waited for until UP_TIMEOUT (issue #30: a start job that failed once).
+REPAIR_AFTER=${DSPARK_VMLAB_REPAIR_AFTER:-15}
+REPAIR_EVERY=30
+# Slow-boot reproduction (issue #30): the nodes named here boot WITHOUT their fabric NIC, which is hot-plugged
+# LATE_FABRIC_S seconds after the node answers SSH; their kernel command line cuts systemd's device timeout to
+# 5 s, so any boot-time job that waited for the NIC has failed long before it appears.
+LATE_FABRIC=${DSPARK_VMLAB_LATE_FABRIC:-}
+LATE_FABRIC_S=${DSPARK_VMLAB_LATE_FABRIC_S:-20}
+LATE_DEVICE_TIMEOUT_S=5
 # A login to an emulated guest costs 1-2 s: up and status reuse one master connection per VM.
 SSH_OPTS=(-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes
   -o ConnectTimeout=5 -o LogLevel=ERROR
@@ -83,9 +93,18 @@ cmd_build() {
   local t0=$SECONDS rootfs raw pkgs
   mkdir -p "$STATE"
   if [[ -s $BASE && -s $KERNEL && -s $INITRD ]]; then
-    log "base image $BASE exists, nothing to build"
-    warn_stale
-    return 0
+    if [[ $(cat "$BASE_RECIPE" 2>/dev/null) == "$(recipe_hash)" ]]; then
+      log "base image $BASE exists, nothing to build"
+      return 0
+    fi
+    # A stale image would boot yesterday's units (issue #30: the old soft-RoCE unit). Rebuilt only while no VM
+    # runs from it; the overlays are thrown away with the VMs anyway.
+    if [[ -n $(for n in "${NODES[@]}"; do vm_pid "$n"; done) ]]; then
+      warn_stale
+      return 0
+    fi
+    log "lab/vm/ changed since the base image was built: rebuilding it"
+    rm -f "$BASE" "$KERNEL" "$INITRD" "$BASE_KEY" "$BASE_RECIPE" "$STATE"/spark-*.qcow2
   fi
   ensure_host_packages
   ensure_key
@@ -164,13 +183,27 @@ vm_ssh() {
   ssh -i "$KEY" -p "${SSH_PORT[$n]}" "${SSH_OPTS[@]}" spark@127.0.0.1 "$@" </dev/null 9>&-
 }
 
+is_late() { [[ " $LATE_FABRIC " == *" $1 "* ]]; }
+
+# The fabric NIC as a -device / device_add argument: on its own PCIe root port, so it can be unplugged and
+# plugged while the VM runs (slow-boot reproduction, the lab's re-plug test).
+fabric_nic_spec() {
+  echo "virtio-net-pci,id=fabricnic,bus=fabricport,netdev=fabric,mac=${FABRIC_MAC[$1]},host_mtu=$FABRIC_MTU"
+}
+
 start_vm() {
-  local n=$1 overlay="$STATE/$1.qcow2" out
+  local n=$1 overlay="$STATE/$1.qcow2" out append nic=()
   if [[ ! -e $overlay ]]; then
     # Relative backing file: resolved next to the overlay, so the repo can move.
     qemu-img create -q -f qcow2 -F qcow2 -b base.qcow2 "$overlay"
   fi
-  rm -f "$STATE/$n.pid"
+  rm -f "$STATE/$n.pid" "$STATE/$n.qmp"
+  append="root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.hostname=$n"
+  if is_late "$n"; then
+    append+=" systemd.default_device_timeout_sec=$LATE_DEVICE_TIMEOUT_S"
+  else
+    nic=(-device "$(fabric_nic_spec "$n")")
+  fi
   # KVM is a software hypervisor here that a stock kernel cannot boot under: TCG only.
   # 9>&-: the daemonized QEMU must not inherit the lock, or the next up/down waits for it forever.
   # -nodefaults: no VGA, floppy or default NIC; the two NICs appear in command-line order (eth0 = mgmt).
@@ -178,13 +211,66 @@ start_vm() {
     -m "$MEMORY" -display none -daemonize -pidfile "$STATE/$n.pid" \
     -serial "file:$STATE/$n.serial.log" \
     -kernel "$KERNEL" -initrd "$INITRD" \
-    -append "root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.hostname=$n" \
+    -append "$append" -qmp "unix:$STATE/$n.qmp,server=on,wait=off" \
     -drive "if=none,id=disk,file=$overlay,format=qcow2,discard=unmap" -device virtio-blk-pci,drive=disk \
     -netdev "user,id=mgmt,hostfwd=tcp:127.0.0.1:${SSH_PORT[$n]}-:22" \
     -device "virtio-net-pci,netdev=mgmt,mac=${MGMT_MAC[$n]}" \
     -netdev "socket,id=fabric,udp=127.0.0.1:${FABRIC_UDP[${PEER[$n]}]},localaddr=127.0.0.1:${FABRIC_UDP[$n]}" \
-    -device "virtio-net-pci,netdev=fabric,mac=${FABRIC_MAC[$n]},host_mtu=$FABRIC_MTU" \
+    -device pcie-root-port,id=fabricport,bus=pcie.0,chassis=1,slot=1 "${nic[@]}" \
     -device virtio-rng-pci 2>&1 9>&-) || die "QEMU for $n did not start: $out"
+}
+
+# qmp NODE HMP-COMMAND: one human-monitor command on NODE's QMP socket; prints its output, fails on a QMP error
+# or on any answer to device_add/device_del (they answer nothing when they worked).
+qmp() {
+  python3 - "$STATE/$1.qmp" "$2" <<'PY'
+import json
+import socket
+import sys
+
+sock = socket.socket(socket.AF_UNIX)
+sock.settimeout(15)
+sock.connect(sys.argv[1])
+stream = sock.makefile('rw')
+
+
+def call(command, **arguments):
+    stream.write(json.dumps({'execute': command, 'arguments': arguments}) + '\n')
+    stream.flush()
+    while True:
+        reply = json.loads(stream.readline())
+        if 'event' not in reply:  # events (DEVICE_DELETED, ...) arrive in between
+            return reply
+
+
+json.loads(stream.readline())  # the greeting
+call('qmp_capabilities')
+reply = call('human-monitor-command', **{'command-line': sys.argv[2]})
+if 'error' in reply:
+    sys.exit('QMP error: %s' % reply['error'].get('desc'))
+out = reply.get('return', '')
+print(out, end='')
+sys.exit(1 if sys.argv[2].startswith('device_') and out.strip() else 0)
+PY
+}
+
+# Whether NODE's QEMU holds the fabric NIC (plugged at start, or hot-plugged and not yet removed).
+fabric_present() { qmp "$1" "info qtree" | grep -q 'id "fabricnic"'; }
+
+fabric_plug() {
+  local out
+  out=$(qmp "$1" "device_add $(fabric_nic_spec "$1")" 2>&1) || die "plugging the fabric NIC into $1 failed: $out"
+}
+
+# Unplug the fabric NIC and wait until the guest released it (PCIe hot-unplug takes the guest ~5 s).
+fabric_unplug() {
+  local n=$1 out deadline=$((SECONDS + 60))
+  fabric_present "$n" || { log "$n has no fabric NIC plugged"; return 0; }
+  out=$(qmp "$n" "device_del fabricnic" 2>&1) || die "unplugging the fabric NIC of $n failed: $out"
+  while fabric_present "$n"; do
+    ((SECONDS < deadline)) || die "$n did not release its fabric NIC within 60 s of device_del"
+    sleep 1
+  done
 }
 
 # Inside a VM: the fabric NIC is UP at MTU 9000 and the soft-RoCE port is ACTIVE (prints one line).
@@ -213,6 +299,36 @@ die_with_console() {
   die "$msg"
 }
 
+# What wait_ready does for a node that answers SSH but is not ready yet: plug a fabric NIC the VM lacks (at once,
+# or LATE_FABRIC_S s after the first answer for a LATE_FABRIC node), and start the soft-RoCE unit again when the NIC
+# is up but the device has been missing for REPAIR_AFTER s.
+declare -A FIRST_ANSWER=() HCA_MISSING_SINCE=() REPAIRED_AT=()
+settle_node() {
+  local n=$1 state=${PROBED[$1]} out
+  [[ $state != "no ssh" ]] || return 0
+  : "${FIRST_ANSWER[$n]:=$SECONDS}"
+  if [[ $state == missing* ]] && ! fabric_present "$n"; then
+    if is_late "$n" && ((SECONDS < FIRST_ANSWER[$n] + LATE_FABRIC_S)); then
+      return 0
+    fi
+    log "$n: plugging its fabric NIC$(is_late "$n" && echo " ${LATE_FABRIC_S}s after it answered SSH (slow-boot reproduction)")"
+    fabric_plug "$n"
+    return 0
+  fi
+  if [[ $state != "up $FABRIC_MTU missing" ]]; then
+    unset "HCA_MISSING_SINCE[$n]"
+    return 0
+  fi
+  : "${HCA_MISSING_SINCE[$n]:=$SECONDS}"
+  ((SECONDS - HCA_MISSING_SINCE[$n] >= REPAIR_AFTER && SECONDS - ${REPAIRED_AT[$n]:--999} >= REPAIR_EVERY)) || return 0
+  REPAIRED_AT[$n]=$SECONDS
+  log "$n: $FABRIC_IF is up but $FABRIC_HCA has been missing for $((SECONDS - HCA_MISSING_SINCE[$n]))s: repairing" \
+    "(restarting dspark-soft-roce.service)"
+  out=$(vm_ssh "$n" "sudo systemctl reset-failed dspark-soft-roce.service; sudo timeout 60 systemctl restart \
+    dspark-soft-roce.service || sudo journalctl -b -n 8 --no-pager -u dspark-soft-roce.service" 2>&1) || true
+  [[ -z $out ]] || printf '%s\n' "$out" | sed "s/^/vmlab: $n: /"
+}
+
 # Wait for SSH and then the fabric on all nodes at once, under one hard deadline.
 wait_ready() {
   local deadline=$((SECONDS + UP_TIMEOUT)) pending=("$@") still n why
@@ -223,6 +339,7 @@ wait_ready() {
       if fabric_ok "$n"; then
         log "$n ready after $((SECONDS - T0))s"
       else
+        settle_node "$n"
         still+=("$n")
       fi
     done
@@ -252,8 +369,7 @@ check_jumbo_link() {
 cmd_up() {
   local n pid
   T0=$SECONDS
-  [[ -s $BASE && -s $KERNEL && -s $INITRD ]] || cmd_build
-  warn_stale
+  cmd_build
   ensure_key
   cmp -s "$KEY.pub" "$BASE_KEY" || die "the base image trusts another key than $KEY.pub (the key was re-made);" \
     "rebuild: vmlab.sh down --purge && vmlab.sh build"
@@ -331,10 +447,35 @@ lock() {
   flock -w 900 9 || die "another vmlab.sh build/up/down held $STATE/lock for 900s"
 }
 
+# unplug-fabric / plug-fabric NODE: take the fabric NIC out of a running VM, or put it back (the soft-RoCE device
+# must follow it by itself: the lab's re-plug test); plug-fabric waits until the node's fabric is ready again.
+cmd_fabric() {
+  local verb=$1 n=${2:-}
+  [[ -n $n && -n ${SSH_PORT[$n]:-} ]] || die "usage: vmlab.sh $verb-fabric ${NODES[*]// /|}"
+  [[ -n $(vm_pid "$n") ]] || die "$n is not running (vmlab.sh up)"
+  if [[ $verb == unplug ]]; then
+    fabric_unplug "$n"
+    log "$n: fabric NIC unplugged"
+  else
+    T0=$SECONDS
+    fabric_present "$n" || fabric_plug "$n"
+    wait_ready "$n"
+  fi
+}
+
+validate_late() {
+  local n
+  for n in $LATE_FABRIC; do
+    [[ -n ${SSH_PORT[$n]:-} ]] || die "DSPARK_VMLAB_LATE_FABRIC=$LATE_FABRIC: '$n' is not a lab VM (${NODES[*]})"
+  done
+  [[ $LATE_FABRIC_S =~ ^[0-9]+$ ]] || die "DSPARK_VMLAB_LATE_FABRIC_S=$LATE_FABRIC_S: give whole seconds, e.g. 20"
+}
+
 case ${1:-} in
   build) lock; cmd_build ;;
-  up) lock; cmd_up ;;
+  up) validate_late; lock; cmd_up ;;
   down) lock; cmd_down "${2:-}" ;;
   status) cmd_status ;;
-  *) echo "usage: $0 build | up | down [--purge] | status" >&2; exit 2 ;;
+  unplug-fabric | plug-fabric) lock; cmd_fabric "${1%-fabric}" "${2:-}" ;;
+  *) echo "usage: $0 build | up | down [--purge] | status | unplug-fabric NODE | plug-fabric NODE" >&2; exit 2 ;;
 esac
