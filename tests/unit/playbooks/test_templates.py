@@ -224,3 +224,24 @@ def test_malformed_insecure_registries_are_refused(tmp_path):
     assert "docker_runtime_insecure_registries has %s: each entry must be HOST:PORT" % ", ".join(json.dumps(b) for b in bad) \
         in " ".join(output.split()), output[-3000:]
     assert "Nothing was changed" in output
+
+
+RECIPE_ONLY = ("--trust-remote-code", "--kv-cache-dtype", "--block-size", "--speculative-config", "--tokenizer-mode",
+               "--moe-backend", "--reasoning-parser", "--enable-flashinfer-autotune", "--gpu-memory-utilization")
+
+
+def test_recipe_flags_on_by_default_and_only_the_portable_launch_without_them(benign, tmp_path):
+    """serve_recipe_args: false (another model, the lab's CPU build of vLLM) keeps the multi-node launch, drops the
+    recipe's DeepSeek-V4/GB10 flags, and keeps serve_extra_args last."""
+    recipe = unescape(compose(benign, "tpl-worker")["services"]["vllm"]["command"])
+    assert all(flag in recipe for flag in RECIPE_ONLY)
+    run, out = render(tmp_path, {"serve_recipe_args": False, "serve_extra_args": ["--dtype", "float32"]})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    portable = unescape(compose(out, "tpl-worker")["services"]["vllm"]["command"])
+    assert not [flag for flag in RECIPE_ONLY if flag in portable]
+    assert portable[-2:] == ["--dtype", "float32"]
+    flags = [arg for arg in portable[:-2] if arg.startswith("--")]
+    assert flags == [arg for arg in recipe if arg in flags]
+    for flag in ("--tensor-parallel-size", "--distributed-executor-backend", "--nnodes", "--node-rank", "--master-addr",
+                 "--master-port", "--headless", "--revision", "--max-model-len"):
+        assert flag in portable
