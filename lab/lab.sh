@@ -33,15 +33,69 @@ declare -A GROUP=() SSH_PORT=() MGMT_IP=() FABRIC_NET=() FABRIC_IP=() FABRIC_PRE
 log() { printf 'lab: %s\n' "$*"; }
 die() { printf 'lab: ERROR: %s\n' "$*" >&2; exit 1; }
 
-# wait_for SECONDS WHAT CMD...: poll CMD every second; die with WHAT after SECONDS.
-wait_for() {
-  local limit=$1 what=$2 deadline
-  shift 2
+# How long `up` waits for each thing, in seconds. Every wait polls its condition (every second) and ends as soon as
+# it holds, so these are only upper bounds, generous for a slow machine: `make test` runs three labs at once on two
+# cores, and a fresh machine builds every image first. A container that stops meanwhile fails at once instead.
+# Each can be raised (or lowered) in the environment.
+timeout_var() {
+  local var=$1 default=$2 value
+  value=${!var:-$default}
+  [[ $value =~ ^[0-9]+$ ]] || die "$var must be a number of seconds, not '$value'"
+  printf '%s' "$value"
+}
+load_timeouts() {
+  BOOT_TIMEOUT=$(timeout_var LAB_BOOT_TIMEOUT 300)       # systemd in a node finishing its boot (was a fixed 120)
+  SSH_TIMEOUT=$(timeout_var LAB_SSH_TIMEOUT 120)         # sshd of a node answering on its published port
+  PING_TIMEOUT=$(timeout_var LAB_PING_TIMEOUT 60)        # full-MTU DF pings between the members of a group
+  DOCKERD_TIMEOUT=$(timeout_var LAB_DOCKERD_TIMEOUT 120) # a dockerd started here answering
+  LOCK_TIMEOUT=$(timeout_var LAB_LOCK_TIMEOUT 1800)      # another lab.sh up/down (another lab of make test) finishing
+  SETUP_TRIES=$(timeout_var LAB_SETUP_TRIES 3)           # runs of the (idempotent) node setup before giving up
+}
+
+# HOPELESS: set by a probe of wait_node when waiting longer cannot help (e.g. systemd in maintenance mode).
+HOPELESS=
+
+# wait_node NODE SECONDS VAR WHAT CMD...: poll CMD every second until it succeeds. NODE's container must keep running:
+# when it stops (or the probe says HOPELESS) the wait ends at once. After SECONDS it dies naming WHAT and VAR (the
+# environment variable that sets SECONDS), with what systemd in the node is still doing.
+wait_node() {
+  local n=$1 limit=$2 var=$3 what=$4 deadline
+  shift 4
   deadline=$((SECONDS + limit))
+  HOPELESS=
   until "$@" >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || die "timed out after ${limit}s waiting for $what"
+    node_alive "$n"
+    if [[ -n $HOPELESS ]]; then
+      node_diagnosis "$n" >&2
+      die "$what: $HOPELESS"
+    fi
+    if ((SECONDS >= deadline)); then
+      node_diagnosis "$n" >&2
+      die "timed out after ${limit}s waiting for $what (a slower machine: raise $var)"
+    fi
     sleep 1
   done
+}
+
+# node_alive NODE: dies at once, with the container's state and the end of its log, unless NODE is running.
+node_alive() {
+  local n=$1 state detail
+  state=$(docker container inspect -f '{{.State.Status}}' "$n" 2>/dev/null) ||
+    die "container $n disappeared while lab.sh waited for it"
+  [[ $state == running ]] && return 0
+  detail=$(docker container inspect -f 'exit code {{.State.ExitCode}}{{with .State.Error}}, {{.}}{{end}}' "$n" 2>/dev/null) || true
+  docker logs --tail 20 "$n" 2>&1 | sed "s/^/  $n| /" >&2 || true
+  die "container $n is $state (${detail:-no detail}): it stopped while lab.sh waited for it (the end of its log above)"
+}
+
+# What systemd in a node is doing: its state, the jobs it still waits on, the units that failed.
+node_diagnosis() {
+  local n=$1
+  # shellcheck disable=SC2016 # expanded inside the node
+  docker exec "$n" sh -c 'echo "systemd: $(systemctl is-system-running 2>&1)"
+    echo "jobs still waiting:"; systemctl list-jobs --no-pager --no-legend 2>&1 | head -n 20
+    echo "failed units:"; systemctl list-units --failed --no-pager --no-legend --plain 2>&1 | head -n 20' 2>&1 |
+    sed "s/^/  $n| /" || true
 }
 
 # --- The inventory -------------------------------------------------------------------------------------
@@ -88,15 +142,24 @@ ensure_engine() {
   log "starting dockerd (log: $STATE/dockerd.log)"
   # 9>&-: dockerd must not inherit the up/down lock, or it would hold it for its whole life.
   setsid nohup dockerd >>"$STATE/dockerd.log" 2>&1 </dev/null 9>&- &
-  local deadline=$((SECONDS + 60))
+  local pid=$! deadline=$((SECONDS + DOCKERD_TIMEOUT))
   until engine_up; do
+    # One that exited (a bad configuration, another engine's pid file) fails now, not after the whole deadline.
+    if ! dockerd_alive "$pid"; then
+      engine_up && break
+      tail -n 20 "$STATE/dockerd.log" >&2 || true
+      die "dockerd exited without answering (see $STATE/dockerd.log)"
+    fi
     if ((SECONDS >= deadline)); then
       tail -n 20 "$STATE/dockerd.log" >&2 || true
-      die "dockerd did not answer within 60s (see $STATE/dockerd.log)"
+      die "dockerd did not answer within ${DOCKERD_TIMEOUT}s (see $STATE/dockerd.log; a slower machine: raise LAB_DOCKERD_TIMEOUT)"
     fi
     sleep 1
   done
 }
+
+# dockerd_alive PID: the dockerd started here (PID, or its child when setsid had to fork) or another one still runs.
+dockerd_alive() { kill -0 "$1" 2>/dev/null || pgrep -x dockerd >/dev/null 2>&1; }
 
 # owner KIND NAME: the lab a container/network/volume belongs to (label dspark.lab.name); "lab" for one made
 # by the lab.sh before inventories (label dspark.lab=1 only: it built only the pair lab), "absent", or
@@ -320,10 +383,16 @@ ensure_node() {
   fi
 }
 
+# True once systemd in the node has finished booting: "running", or "degraded" (a unit failed: setup_node names it).
+# Maintenance (emergency) mode and stopping never get there: HOPELESS ends the wait at once.
+BOOT_STATE=
 systemd_settled() {
-  local s
-  s=$(docker exec "$1" systemctl is-system-running 2>/dev/null) || true
-  [[ $s == running || $s == degraded ]]
+  BOOT_STATE=$(docker exec "$1" systemctl is-system-running 2>/dev/null) || true
+  case $BOOT_STATE in
+    running | degraded) return 0 ;;
+    maintenance | stopping) HOPELESS="systemd in $1 is '$BOOT_STATE'" ;;
+  esac
+  return 1
 }
 
 # Runs inside a node as root (docker exec bash -c): rename the fabric NIC, host keys, user spark, authorized keys, sshd.
@@ -340,9 +409,10 @@ dev=$(ip -o -4 addr show | awk -v ip="$fabric_ip/" "index(\$4, ip) == 1 {sub(/@.
 if [[ $dev != "$fabric_if" ]]; then
   ip link set "$dev" down
   ip link set "$dev" name "$fabric_if"
-  ip link set "$fabric_if" up
   echo "renamed $dev to $fabric_if"
 fi
+# Up again also when an earlier run stopped between the rename and this.
+if [[ $(ip -o link show dev "$fabric_if") != *[\<,]UP[,\>]* ]]; then ip link set "$fabric_if" up; fi
 got=$(cat "/sys/class/net/$fabric_if/mtu")
 [[ $got == "$mtu" ]] || { echo "$fabric_if has MTU $got, expected $mtu" >&2; exit 1; }
 fi
@@ -370,10 +440,22 @@ fi
 '
 
 setup_node() {
-  local n=$1 out
-  wait_for 120 "systemd in $n to finish booting" systemd_settled "$n"
-  out=$(docker exec -i "$n" bash -c "$NODE_SETUP" node-setup "${FABRIC_IP[$n]:--}" "${FABRIC_IF[$n]:--}" "${MTU[$n]:--}" \
-    <"$KEY.pub") || die "setting up $n failed: $out"
+  local n=$1 out try=1
+  wait_node "$n" "$BOOT_TIMEOUT" LAB_BOOT_TIMEOUT "systemd in $n to finish booting" systemd_settled "$n"
+  if [[ $BOOT_STATE == degraded ]]; then
+    log "WARNING: $n booted degraded; failed units:"
+    node_diagnosis "$n"
+  fi
+  # Every step of NODE_SETUP checks first: a run that failed on something passing (an ssh restart refused while
+  # systemd was busy) is simply run again; one that keeps failing is reported with its output.
+  until out=$(docker exec -i "$n" bash -c "$NODE_SETUP" node-setup "${FABRIC_IP[$n]:--}" "${FABRIC_IF[$n]:--}" \
+    "${MTU[$n]:--}" <"$KEY.pub" 2>&1); do
+    node_alive "$n"
+    ((try < SETUP_TRIES)) || die "setting up $n failed $try times; the last time: $out"
+    log "setting up $n failed (try $try of $SETUP_TRIES), trying again: $out"
+    try=$((try + 1))
+    sleep 2
+  done
   [[ -z $out ]] || log "$n: $out"
 }
 
@@ -508,12 +590,12 @@ cmd_up() {
     for n in "${NODES[@]}" "${ROUTERS[@]}"; do ensure_node "$n"; done
     for n in "${NODES[@]}" "${ROUTERS[@]}"; do setup_node "$n"; done
     for n in "${NODES[@]}" "${ROUTERS[@]}"; do
-      wait_for 60 "ssh spark@127.0.0.1:${SSH_PORT[$n]} ($n)" node_ssh "$n" true
+      wait_node "$n" "$SSH_TIMEOUT" LAB_SSH_TIMEOUT "ssh spark@127.0.0.1:${SSH_PORT[$n]} ($n)" node_ssh "$n" true </dev/null
     done
     # Every fabric must carry full jumbo frames unfragmented, between every two members of a group.
     for n in "${NODES[@]}"; do
-      wait_for 20 "DF $((MTU[$n] - 28))-byte pings $n -> the other members of ${GROUP[$n]} over ${FABRIC_IF[$n]}" \
-        ping_peers "$n"
+      wait_node "$n" "$PING_TIMEOUT" LAB_PING_TIMEOUT \
+        "DF $((MTU[$n] - 28))-byte pings $n -> the other members of ${GROUP[$n]} over ${FABRIC_IF[$n]}" ping_peers "$n"
     done
     cmd_status || die "lab $LAB_NAME is not healthy after up"
   fi
@@ -599,11 +681,22 @@ cmd_down() {
   log "lab $LAB_NAME down"
 }
 
-# Serialise up/down: several engineers, labs and test runs share this engine and these names.
+# Serialise up/down: several engineers, labs and test runs share this engine and these names (make test brings up
+# the pair and the fleet at the same moment). $STATE/lock.holder says who holds the lock, for whoever waits.
 lock() {
   mkdir -p "$STATE"
   exec 9>>"$STATE/lock"
-  flock -w 600 9 || die "another lab.sh up/down held $STATE/lock for 600s"
+  if ! flock -n 9; then
+    log "waiting (up to ${LOCK_TIMEOUT}s, LAB_LOCK_TIMEOUT) for $(lock_holder) to finish"
+    flock -w "$LOCK_TIMEOUT" 9 ||
+      die "$(lock_holder) held $STATE/lock for ${LOCK_TIMEOUT}s (a slower machine: raise LAB_LOCK_TIMEOUT)"
+  fi
+  printf '%s\n' "lab.sh $* (pid $$, since $(date '+%F %T'))" >"$STATE/lock.holder"
+}
+lock_holder() {
+  local holder
+  holder=$(cat "$STATE/lock.holder" 2>/dev/null) || true
+  printf '%s' "${holder:-another lab.sh up/down}"
 }
 
 usage() { echo "usage: $0 up | down [--purge] | status | image   [-i INVENTORY]   (default $DEFAULT_INVENTORY)" >&2; exit 2; }
@@ -620,22 +713,24 @@ main() {
       *) usage ;;
     esac
   done
+  load_timeouts
   case $cmd in
-    up) load_spec || die "cannot build the lab from $INVENTORY (see above)"; lock; cmd_up ;;
+    up) load_spec || die "cannot build the lab from $INVENTORY (see above)"; lock up -i "$INVENTORY"; cmd_up ;;
     down)
       # A broken inventory must not keep its lab from going: then only what carries the lab's label goes.
       if ! load_spec; then
         LAB_NAME=$(python3 "$LAB_DIR/labspec.py" --name "$INVENTORY")
         log "WARNING: $INVENTORY does not describe a lab (see above); removing only what is labelled lab $LAB_NAME"
       fi
-      lock
+      lock down "$purge" -i "$INVENTORY"
       cmd_down "$purge"
       ;;
     status) load_spec || die "cannot read the lab from $INVENTORY (see above)"; cmd_status ;;
     # Only the node image and the SSH key every lab shares (make test builds them before its lanes start).
-    image) lock; ensure_engine; ensure_image; ensure_key ;;
+    image) lock image; ensure_engine; ensure_image; ensure_key ;;
     *) usage ;;
   esac
 }
 
-main "$@"
+# Sourced (the unit tests), it only defines its functions.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then main "$@"; fi

@@ -14,7 +14,8 @@
 # network (it keeps running on the bridge); `down` here removes it and .lab/registry.
 # Usage: registry.sh up | down [--purge] | status   [-i INVENTORY]   (default: inventories/lab/hosts.yml)
 # Env (tests, other names): REGISTRY_NAME, REGISTRY_IMAGE, REGISTRY_HOST_PORT, REGISTRY_NETWORK (default: the lab's
-# management network), REGISTRY_STATE, REGISTRY_BASE_IMAGE, REGISTRY_PUSH_IMAGE.
+# management network), REGISTRY_STATE, REGISTRY_BASE_IMAGE, REGISTRY_PUSH_IMAGE; REGISTRY_READY_TIMEOUT (seconds the
+# started registry may take to answer, default 120).
 set -euo pipefail
 
 LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -134,12 +135,21 @@ PY
 
 v2_answers() { [[ $(http_status "http://127.0.0.1:$HOST_PORT/v2/") == 200 ]]; }
 
+# Until the registry answers: REGISTRY_READY_TIMEOUT seconds at most (generous: on a loaded machine the container
+# may take long to start), but a container that stopped (or keeps restarting: it crashed) fails at once.
 wait_ready() {
-  local deadline=$((SECONDS + 30))
+  local limit=${REGISTRY_READY_TIMEOUT:-120} deadline state
+  [[ $limit =~ ^[0-9]+$ ]] || die "REGISTRY_READY_TIMEOUT must be a number of seconds, not '$limit'"
+  deadline=$((SECONDS + limit))
   until v2_answers 2>/dev/null; do
+    state=$(state_of)
+    if [[ $state != running ]]; then
+      docker logs --tail 20 "$NAME" >&2 || true
+      die "$NAME is $state ($(docker container inspect -f 'exit code {{.State.ExitCode}}{{with .State.Error}}, {{.}}{{end}}' "$NAME" 2>/dev/null || echo gone)) instead of answering on http://127.0.0.1:$HOST_PORT/v2/ (its log above)"
+    fi
     if ((SECONDS >= deadline)); then
       docker logs --tail 20 "$NAME" >&2 || true
-      die "$NAME does not answer on http://127.0.0.1:$HOST_PORT/v2/ after 30s"
+      die "$NAME does not answer on http://127.0.0.1:$HOST_PORT/v2/ after ${limit}s (a slower machine: raise REGISTRY_READY_TIMEOUT)"
     fi
     sleep 1
   done
@@ -250,4 +260,5 @@ main() {
 }
 
 INVENTORY_ARG=
-main "$@"
+# Sourced (the unit tests), it only defines its functions.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then main "$@"; fi

@@ -98,12 +98,48 @@ found apt-get || {
   exit 1
 }
 
+# How long apt-get may wait for apt's locks (seconds): a fresh machine often runs its own apt jobs at boot
+# (apt-daily, unattended-upgrades), and two `make` runs may install at once. PREREQS_APT_LOCK_WAIT sets it.
+lock_wait=${PREREQS_APT_LOCK_WAIT:-600}
+[[ $lock_wait =~ ^[0-9]+$ ]] || { echo "prereqs: PREREQS_APT_LOCK_WAIT must be a number of seconds" >&2; exit 2; }
+
+# apt_get COMMAND ARG...: apt-get COMMAND, waiting for apt's locks instead of failing on them. `install` waits
+# itself (DPkg::Lock::Timeout); `update` ignores that option for the lists lock, so a run refused for a lock is
+# tried again every 5 s until the same deadline. Any other failure ends it at once, with apt's message. Downloads
+# are retried (Acquire::Retries). Shell builtins only, apart from apt-get and sleep.
+apt_get() {
+  local cmd=$1 deadline=$((SECONDS + lock_wait)) err rc said=
+  shift
+  while :; do
+    rc=0
+    # stderr captured (to look for a lock message), stdout passed through.
+    { err=$(PATH=$search_path apt-get "$cmd" -o "DPkg::Lock::Timeout=$lock_wait" -o Acquire::Retries=3 "$@" 2>&1 1>&3 3>&-) || rc=$?; } 3>&1
+    if ((rc == 0)); then
+      [[ -z $err ]] || printf '%s\n' "$err" >&2
+      return 0
+    fi
+    case $err in
+      *"Could not get lock"* | *"Unable to lock"* | *"Unable to acquire the dpkg frontend lock"*)
+        if ((SECONDS < deadline)); then
+          [[ -n $said ]] || echo "prereqs: apt-get $cmd: another apt or dpkg run holds apt's lock; waiting for it (up to ${lock_wait}s, PREREQS_APT_LOCK_WAIT)"
+          said=1
+          PATH=$search_path sleep 5
+          continue
+        fi
+        ;;
+    esac
+    printf '%s\n' "$err" >&2
+    [[ -z $said ]] || echo "prereqs: apt-get $cmd: gave up after waiting ${lock_wait}s for apt's lock" >&2
+    return "$rc"
+  done
+}
+
 start=$SECONDS
 export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
-PATH=$search_path apt-get update -qq
+apt_get update -qq
 check # again: only the fresh package lists tell whether docker-cli exists
 echo "prereqs: installing ${missing[*]} (apt-get, for $what)"
-PATH=$search_path apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 installed=("${missing[@]}")
 check
 if ((${#missing[@]})); then

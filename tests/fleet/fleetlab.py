@@ -129,14 +129,54 @@ def node_docker_up(host):
     return rank_state(host)[0] != "unknown"
 
 
-def wait_for(predicate, timeout, interval=1.0):
-    """predicate()'s first true value within `timeout` seconds, else its last value."""
+# How long a restarted node may take to boot (seconds): generous, since `make test` runs three labs at once on two
+# cores; the wait ends as soon as systemd is done, and at once when the container stops. As in lab/lab.sh.
+BOOT_TIMEOUT = int(os.environ.get("LAB_BOOT_TIMEOUT", "300"))
+
+
+def wait_for(predicate, timeout, interval=1.0, abort=None):
+    """predicate()'s first true value within `timeout` seconds, else its last value. `abort`, when given, is asked
+    after every false value: a reason it returns (a non-empty string) fails the wait at once with that reason."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value or time.monotonic() > deadline:
             return value
+        reason = abort() if abort else None
+        if reason:
+            raise AssertionError(reason)
         time.sleep(interval)
+
+
+def container_state(host):
+    """The lab node's container state (running, exited, restarting, ...), or 'absent'."""
+    rc, out = docker("container", "inspect", "-f", "{{.State.Status}}", host, timeout=60)
+    return out if rc == 0 else "absent"
+
+
+def container_stopped(host):
+    """None while the node's container runs, else why not (its state and the end of its log): an `abort` for wait_for."""
+    state = container_state(host)
+    if state == "running":
+        return None
+    return "container %s is %s: %s" % (host, state, docker("logs", "--tail", "20", host, timeout=60)[1][-2000:])
+
+
+def booted(host):
+    """True once systemd in the node has finished booting ('running', or 'degraded': a unit failed)."""
+    # `systemctl is-system-running` exits non-zero on "degraded": its output says it all.
+    return docker("exec", host, "systemctl", "is-system-running", timeout=60)[1] in ("running", "degraded")
+
+
+def wait_booted(host, timeout=None):
+    """Wait until the node has booted (after a `docker restart`): no fixed sleep, and at once when the container stopped.
+    Fails naming LAB_BOOT_TIMEOUT, with what systemd still waits for, when the node has not booted in time."""
+    timeout = BOOT_TIMEOUT if timeout is None else timeout
+    if wait_for(lambda: booted(host), timeout, 1, abort=lambda: container_stopped(host)):
+        return
+    jobs = docker("exec", host, "systemctl", "list-jobs", "--no-pager", timeout=60)[1]
+    raise AssertionError("%s has not finished booting after %d s (a slower machine: raise LAB_BOOT_TIMEOUT); "
+                         "systemd still waits on:\n%s" % (host, timeout, jobs[-2000:]))
 
 
 def journal(path):

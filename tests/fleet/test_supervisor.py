@@ -12,8 +12,9 @@ import pytest
 
 import routerlab
 
-from fleetlab import (INVENTORY, chat, docker, fabric_name_after_reboot, faulty_inventory, fleet, journal, kill_rank,
-                      node_docker_up, playbook, rank_state, start_fleet, wait_for)
+from fleetlab import (BOOT_TIMEOUT, INVENTORY, chat, container_stopped, docker, fabric_name_after_reboot,
+                      faulty_inventory, fleet, journal, kill_rank, node_docker_up, playbook, rank_state, start_fleet,
+                      wait_booted, wait_for)
 
 GROUP = "pair_b"
 WORKER = "spark-b1"
@@ -103,7 +104,11 @@ def test_a_rank_that_crashes_on_every_start_stops_at_the_cap(state, tmp_path):
 def test_a_rebooted_node_does_not_start_its_rank_alone(state):
     rc, out = docker("restart", WORKER, timeout=300)
     assert rc == 0, out
-    assert wait_for(lambda: node_docker_up(WORKER), 180, 2), "the node's docker did not come back"
+    # The whole boot, not only the node's dockerd: sshd may still be starting when dockerd answers, and watch would
+    # find the node unreachable instead of its rank down.
+    wait_booted(WORKER)
+    assert wait_for(lambda: node_docker_up(WORKER), BOOT_TIMEOUT, 2, abort=lambda: container_stopped(WORKER)), \
+        "the node's docker did not come back"
     time.sleep(5)
     assert rank_state(WORKER)[0] in ("exited", "absent", "created"), rank_state(WORKER)  # restart: "no"
     # LAB ONLY: the restarted container's fabric NIC is eth1 again (a real node keeps its udev name).

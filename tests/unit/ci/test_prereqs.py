@@ -66,8 +66,25 @@ class Machine:
         return subprocess.run(["/bin/bash", str(SCRIPT), profile], env=merged, capture_output=True, text=True,
                               timeout=60, check=False)
 
-    def apt_calls(self):
-        return [line.split() for line in self.calls.read_text().splitlines() if line.startswith("apt-get")]
+    def apt_calls(self, options=False):
+        """The apt-get calls, without their `-o NAME=VALUE` options unless `options`."""
+        calls = [line.split() for line in self.calls.read_text().splitlines() if line.startswith("apt-get")]
+        if options:
+            return calls
+        return [[word for i, word in enumerate(call) if word != "-o" and call[i - 1] != "-o"] for call in calls]
+
+    def apt_busy(self, refusals, message="E: Could not get lock /var/lib/apt/lists/lock. It is held by process 42"):
+        """apt-get refuses its first `refusals` runs with `message` (another apt run holds the lock), then works."""
+        (self.bin.parent / "refusals").write_text(str(refusals))
+        self.env["FAKE_REFUSALS"] = str(self.bin.parent / "refusals")
+        self.env["FAKE_REFUSAL"] = message
+        self.stub("sleep", "/bin/sleep 0.1")  # not the 5 s asked for
+        self.stub("apt-get",
+                  'read n <"$FAKE_REFUSALS"; if [ "$n" -gt 0 ]; then echo $((n - 1)) >"$FAKE_REFUSALS"; '
+                  'echo "$FAKE_REFUSAL" >&2; exit 100; fi; '
+                  'if [ "$1" = update ]; then : >"$FAKE_LISTS"; fi; '
+                  'if [ "$1" = install ]; then for c in $FAKE_APT_PROVIDES; do '
+                  'printf "#!/bin/sh\\nexit 0\\n" >"$FAKE_BIN/$c"; /bin/chmod +x "$FAKE_BIN/$c"; done; fi')
 
 
 @pytest.fixture
@@ -159,6 +176,50 @@ def test_a_package_that_does_not_provide_the_command_fails(machine):
     result = machine.run("lab")
     assert result.returncode == 1
     assert "still missing after apt-get install: debootstrap" in result.stderr
+
+
+def test_apt_waits_for_its_locks_and_retries_downloads(machine):
+    """A fresh machine runs its own apt jobs at boot: every apt-get call waits for the lock (install itself does,
+    through DPkg::Lock::Timeout) and retries downloads."""
+    machine.provide("docker.io", "rsync", "openssh-client")
+    result = machine.run("lab", FAKE_APT_PROVIDES="debootstrap", PREREQS_APT_LOCK_WAIT="77")
+    assert result.returncode == 0, result.stderr
+    calls = machine.apt_calls(options=True)
+    assert [c[1] for c in calls] == ["update", "install"]
+    for call in calls:
+        assert "DPkg::Lock::Timeout=77" in call and "Acquire::Retries=3" in call, call
+
+
+def test_an_update_refused_for_the_lists_lock_is_run_again(machine):
+    """`apt-get update` ignores DPkg::Lock::Timeout for the lists lock: prereqs.sh runs it again until it gets it."""
+    machine.provide("docker.io", "rsync", "openssh-client")
+    machine.apt_busy(2)
+    result = machine.run("lab", FAKE_APT_PROVIDES="debootstrap")
+    assert result.returncode == 0, result.stderr
+    assert [c[1] for c in machine.apt_calls()] == ["update", "update", "update", "install"]
+    assert result.stdout.count("holds apt's lock; waiting for it") == 1, result.stdout
+    assert "prereqs: installed debootstrap" in result.stdout
+
+
+def test_a_lock_that_is_never_freed_fails_after_the_wait_with_apts_message(machine):
+    machine.provide("docker.io", "rsync", "openssh-client")
+    machine.apt_busy(1000, "E: Unable to acquire the dpkg frontend lock (/var/lib/dpkg/lock-frontend)")
+    result = machine.run("lab", PREREQS_APT_LOCK_WAIT="1")
+    assert result.returncode == 100
+    assert "Unable to acquire the dpkg frontend lock" in result.stderr
+    assert "apt-get update: gave up after waiting 1s for apt's lock" in result.stderr
+    assert 2 <= len(machine.apt_calls()) <= 30
+    assert "install" not in machine.calls.read_text()
+
+
+def test_any_other_apt_failure_ends_it_at_once(machine):
+    machine.provide("docker.io", "rsync", "openssh-client")
+    machine.apt_busy(1, "E: The repository 'http://deb.example/debian trixie Release' does not have a Release file.")
+    result = machine.run("lab")
+    assert result.returncode == 100
+    assert "does not have a Release file" in result.stderr
+    assert [c[1] for c in machine.apt_calls()] == ["update"]
+    assert "sleep" not in machine.calls.read_text()
 
 
 def test_an_unknown_profile_is_a_usage_error(machine):
