@@ -19,7 +19,13 @@ description:
     stderr, merged by timestamp across rounds; on the first look also the registration lines of the whole log).
     The logs are judged with the collection's vLLM log parser, for rank registration (C(world_size=W rank=R) and
     C(rank R in world size W is assigned as ...)), one init method for all ranks, head readiness, and a table of
-    known failure signatures (rendezvous, NCCL, Gloo, RoCE GID/HCA, memory, process deaths, vLLM arguments).
+    known failure signatures (rendezvous, NCCL, Gloo, RoCE GID/HCA, a peer lost during a collective, memory, process
+    deaths, vLLM arguments, the engine-ready timeout).
+  - The head is ready once the engine core logged the KV cache size of any build (C(GPU KV cache size) on a GPU
+    build, C(CPU KV cache size) on the CPU build, C(XPU KV cache size) and so on) and then the API server logged
+    C(Application startup complete.). A headless worker prints no ready line, so its last start-up step is its own
+    KV cache line (C(Available KV cache memory) on a GPU, C(Explicitly set (X/Y\) GiB for KV cache on node N) on a
+    CPU); the diagnosis at the timeout names the ranks whose log lacks it.
   - Every rank prints its C(world_size=W rank=R local_rank=L) line before the rendezvous. Up to vLLM 0.18 every rank
     also prints its assignment line; from 0.19 only each node's local rank 0 does (C(info_once), scope C(local)),
     after the collective group creation, so it also proves the other ranks whose C(world_size) line is in the same

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_loglines import evidence_line, rank_records, ready_markers, split_boots
+from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_loglines import (
+    evidence_line, rank_kv_marker, rank_records, ready_markers, split_boots)
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_plan import as_int
-from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_signatures import diagnose_lines
+from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_signatures import CASCADE_CODES, diagnose_lines
 
 
 def _norm_rank_entry(value):
@@ -141,6 +142,7 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
 
         diags = diagnose_lines(current)
         markers = ready_markers(current) if key == 0 else None
+        kv = rank_kv_marker(current)
         for diag in diags:
             tagged = _tagged(diag, key, node)
             (failures if diag['severity'] == 'fatal' else warnings).append(tagged)
@@ -158,7 +160,8 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
 
         per_rank.append({'rank': key, 'node': node, 'boots': len(boots), 'lines': len(current),
                          'container_state': entry.get('container_state'), 'exit_code': entry.get('exit_code'),
-                         'kv_cache_ready': any('Available KV cache memory' in line for _n, line in current)})
+                         'kv_cache_ready': kv is not None, 'kv_cache': kv,
+                         'ready': _rank_ready(key, kv, diags, cont, markers)})
 
     # From vLLM 0.19 the assignment line is info_once(scope="local"): only each node's local rank 0 prints it.
     # It comes after the collective group creation, which no rank passes alone, so it vouches for the ranks
@@ -255,6 +258,20 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
     }
 
 
+def _rank_ready(key, kv, diags, cont, markers):
+    """Whether the rank(s) of one log finished start-up and still run.
+
+    A headless worker logs no "ready" line (a CPU one ends with its KV cache line, or "Warming up done." when it
+    compiles): its KV cache allocation in the current boot, no fatal error after it and a container that has not
+    failed make it ready. The head also needs its API up after the engine core sized the KV cache.
+    """
+    if kv is None or (cont is not None and cont['severity'] == 'fatal'):
+        return False
+    if any(d['severity'] == 'fatal' for d in diags):
+        return False
+    return bool(markers['ready']) if key == 0 else True
+
+
 _NCCL_STARTED_RE = re.compile(r'vLLM is using nccl==(?P<version>\S+)')
 
 
@@ -310,7 +327,10 @@ def _summary(expected, registered, missing, methods, head_ready, failures, entri
     if missing:
         parts.append('missing: ' + ', '.join(where(r) for r in missing))
     parts.append('head ready' if head_ready else 'head not ready')
-    roots = [f for f in failures if f.get('root_cause')] or failures
+    # No root cause in any log (a peer lost while serving): the first consequence that names a cause, before the
+    # cascade's "see the stack trace above" lines.
+    roots = ([f for f in failures if f.get('root_cause')] or [f for f in failures if f['code'] not in CASCADE_CODES]
+             or failures)
     if roots:
         first = roots[0]
         loc = where(first['rank']) if first.get('rank') is not None else 'group'

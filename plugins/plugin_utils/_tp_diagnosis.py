@@ -11,6 +11,7 @@ one poll round. No Ansible imports, no I/O.
 from __future__ import annotations
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_plan import as_int, log_key
+from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_signatures import CASCADE_CODES
 
 # Rounds a fatal-but-secondary failure (peer exited, container stopped) may
 # wait for the root cause to show up in another rank's log.
@@ -113,7 +114,8 @@ def assessment_diagnoses(assessment):
 
     def order(diag):
         demoted = diag['code'] == 'rendezvous_timeout' and diag['rank'] == 0 and others_root
-        return (not diag['root_cause'], demoted, diag['rank'] is None,
+        # "See the stack trace above" lines of the worker -> engine -> API cascade go after what names a cause.
+        return (not diag['root_cause'], diag['code'] in CASCADE_CODES, demoted, diag['rank'] is None,
                 diag['rank'] if diag['rank'] is not None else 0)
     return sorted(diags, key=order)
 
@@ -176,14 +178,14 @@ def timeout_diagnoses(plan, assessment, judgement, timeout, log_sizes=None):
     head = plan['head']
     if not judgement.get('models_ok'):
         markers = assessment.get('head_markers') or {}
-        progress = [name for name in ('available_kv_cache', 'gpu_kv_cache_size', 'init_engine', 'api_server_start',
+        progress = [name for name in ('available_kv_cache', 'kv_cache_size', 'init_engine', 'api_server_start',
                                       'startup_complete') if markers.get(name)]
         cause = ('All %d ranks registered, but the API on %s did not list the model within %s s (last probe: %s; '
-                 'last start-up step in the head log: %s).'
+                 'last start-up step in the head log: %s%s).'
                  % (plan['world_size'], head, timeout, judgement.get('state') or 'none',
-                    progress[-1] if progress else 'none after the rank assignment'))
+                    progress[-1] if progress else 'none after the rank assignment', _kv_pending(assessment)))
         last = None
-        for name in ('startup_complete', 'api_server_start', 'init_engine', 'gpu_kv_cache_size', 'available_kv_cache'):
+        for name in ('startup_complete', 'api_server_start', 'init_engine', 'kv_cache_size', 'available_kv_cache'):
             if markers.get(name):
                 last = markers[name].get('line')
                 break
@@ -199,6 +201,18 @@ def timeout_diagnoses(plan, assessment, judgement, timeout, log_sizes=None):
                       'The API serves, but the logs never proved the group: %s.' % ('; '.join(problems) or 'unknown'),
                       'Compare the ranks\' "world_size=... rank=..." lines; every node needs the same --master-addr/'
                       '--master-port and --nnodes.', None)]
+
+
+def _kv_pending(assessment):
+    """'; no KV cache allocated yet in the log of: rank R (node), ...' for the logs without their KV cache line.
+
+    A headless worker prints no "ready" line: its KV cache allocation (GPU "Available KV cache memory", CPU
+    "... GiB for KV cache on node N") is the last start-up step it logs, so a log without it names the rank that
+    holds the engine back.
+    """
+    pending = ['rank %s (%s)' % (r['rank'], r['node']) for r in assessment.get('ranks') or []
+               if not r.get('kv_cache_ready')]
+    return '; no KV cache allocated yet in the log of: %s' % ', '.join(pending) if pending else ''
 
 
 def _nccl_hang_diagnoses(plan, missing, started, warn_by_rank, timeout):

@@ -23,7 +23,11 @@ KEY_LINE_NEEDLES = (
     'headless multiproc executor',
     'server version ',
     'Available KV cache memory',
-    'GPU KV cache size',
+    # "GPU KV cache size" on a GPU build, "CPU KV cache size" on the CPU build (any device prefix).
+    ' KV cache size: ',
+    # Each worker's own KV cache line: --kv-cache-memory-bytes on a GPU build, and the CPU build's workers.
+    'GiB memory for KV Cache as specified',
+    'GiB for KV cache on node',
     'Maximum concurrency for',
     'init engine (profile',
     'Starting vLLM',

