@@ -95,7 +95,7 @@ def corpus(seed=SEED, lines=6000):
     rng = random.Random(seed)
     out = []
     for i in range(lines):
-        words = [rng.choice(WORDS) for _ in range(rng.randint(4, 14))]
+        words = [rng.choice(WORDS) for _word in range(rng.randint(4, 14))]
         if rng.random() < 0.3:
             words.insert(rng.randrange(len(words)), str(rng.randint(0, 99999)))
         sentence = ' '.join(words)
@@ -233,7 +233,7 @@ def check(snapshot):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     p.add_argument('out', help='empty or missing directory: becomes the HF_HOME holding the model')
     p.add_argument('--no-check', dest='check', action='store_false', help='skip loading it with transformers')
     args = p.parse_args(argv)
