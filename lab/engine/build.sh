@@ -115,6 +115,7 @@ ensure_base() {
 # The wheels of the lock, for the image's interpreter (target.sh), whatever Python runs pip here. pip download skips a
 # file already present once its hash matches; torch comes from /opt/wheels (this machine's PIP_FIND_LINKS).
 ensure_wheels() {
+  python3 -m pip --version >/dev/null 2>&1 || die "python3 -m pip does not run here: it downloads the wheelhouse ($WHEELS)"
   mkdir -p "$WHEELS"
   log "wheelhouse $WHEELS: checking/downloading $(grep -c '^[a-zA-Z0-9]' "$HERE/requirements.txt") wheels"
   python3 -m pip download -q --no-deps --require-hashes "${TARGET_PIP_ARGS[@]}" --find-links "${TORCH_WHEELS:-/opt/wheels}" \
