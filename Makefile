@@ -19,7 +19,7 @@ TEST_STAGES := setup $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM)
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
 CI_LOGS := tests/output/ci
 
-.PHONY: venv prereqs-lab prereqs-test lab lab-down lab-fleet lab-fleet-down site lint sanity unit labtest vmlabtest molecule \
+.PHONY: venv prereqs-lab prereqs-test lab lab-down lab-fleet lab-fleet-down lab-real lab-real-down site-real site lint sanity unit labtest vmlabtest molecule \
 	$(MOLECULE_STAGES) test build bench unit-newest setup lint-newest sanity-newest converge-newest
 
 venv: $(VENV)/.installed
@@ -58,6 +58,19 @@ lab-fleet: venv
 
 lab-fleet-down:
 	bash lab/lab.sh down -i $(LAB_FLEET)
+
+# The REAL-ENGINE pair (inventories/lab-real): real vLLM (CPU build, lab/engine) serving the lab's tiny model
+# (lab/model), TP=2 across two node containers over Gloo on their fabric network. First time: the engine image (about
+# 2.7 GB) and the model are built (minutes; cached under .lab/ after). Then: make site-real.
+LAB_REAL := inventories/lab-real/hosts.yml
+lab-real: prereqs-lab venv
+	bash lab/real.sh up
+
+lab-real-down:
+	bash lab/real.sh down
+
+site-real: venv
+	$(BIN)/ansible-playbook -i $(LAB_REAL) site.yml
 
 $(SIM_TAR): lab/simulator/Dockerfile lab/simulator/build.sh lab/simulator/save.sh lab/simulator/dspark_vllm_sim.py
 	bash lab/simulator/save.sh $@

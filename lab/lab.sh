@@ -14,6 +14,8 @@ REPO=$(dirname "$LAB_DIR")
 STATE="$REPO/.lab"
 KEY="$STATE/id_ed25519"
 IMAGE=dspark-lab/node:trixie
+# /dev/shm of every serving node (see create_node).
+NODE_SHM_SIZE=${LAB_NODE_SHM_SIZE:-2g}
 DEFAULT_INVENTORY="$REPO/inventories/lab/hosts.yml"
 SSH_OPTS=(-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes
   -o ConnectTimeout=5 -o LogLevel=ERROR)
@@ -330,7 +332,10 @@ create_node() {
   # --privileged fails on this host (no CAP_SYS_RESOURCE); this set is what runs systemd and Docker-in-Docker.
   # /var/lib/docker is a volume because the inner engine cannot use overlay2 on top of overlay2.
   # SIGRTMIN+3 asks systemd for a clean shutdown on `docker stop`.
-  docker create --name "$n" --hostname "$n" "${LABELS[@]}" --stop-signal SIGRTMIN+3 \
+  # --shm-size: the serving container runs with `ipc: host`, i.e. on this node's /dev/shm; Docker's 64 MiB default is
+  # too small for real vLLM (its CPU build asks for 160 MiB: "Insufficient space in /dev/shm"). tmpfs: memory is only
+  # used as it fills.
+  docker create --name "$n" --hostname "$n" "${LABELS[@]}" --stop-signal SIGRTMIN+3 --shm-size "$NODE_SHM_SIZE" \
     --network "$MGMT_NET" --ip "${MGMT_IP[$n]}" -p "127.0.0.1:${SSH_PORT[$n]}:22" \
     --cap-add SYS_ADMIN --cap-add NET_ADMIN --cap-add SYS_PTRACE --cap-add MKNOD \
     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
