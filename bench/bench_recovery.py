@@ -1,6 +1,7 @@
 """Time from a rank's death to its group serving again under the supervisor (`dspark-fleet watch`).
 
-On the SIMULATED fleet lab (`make lab-fleet`, then site.yml; the lab to itself): a background
+On the SIMULATED fleet lab (`make lab-fleet`, then site.yml; the lab to itself), or with BENCH_LAB=real on the
+REAL-ENGINE pair (`make lab-real site-real`): a background
 `dspark-fleet watch --groups pair_b --interval INTERVAL` runs; once it saw the group serving, the worker's rank is
 killed (`docker exec spark-b1 docker kill dspark-vllm`) and the clock runs until a chat completion on the head
 answers again after the supervisor's restart. Split from the journal: detection (death -> failed check
@@ -20,19 +21,32 @@ import time
 from benchlib import machine, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-RESULT = ROOT / "bench" / "results" / "recovery.json"
-INVENTORY = ROOT / "inventories" / "lab-fleet" / "hosts.yml"
+# BENCH_LAB=real: the same on the REAL-ENGINE pair (`make lab-real site-real`: vLLM's CPU build, issue #24).
+LABS = {
+    "fleet": {"result": "recovery.json", "inventory": "lab-fleet", "group": "pair_b", "head": "spark-b0",
+              "worker": "spark-b1", "model": "deepseek-v4-flash", "key": "",
+              "note": "The serving image is the lab SIMULATOR (3 s fake load); 7 lab nodes on one 2-core machine. "},
+    "real": {"result": "real_engine_recovery.json", "inventory": "lab-real", "group": "real_pair", "head": "spark-r0",
+             "worker": "spark-r1", "model": "tiny-llama", "key": "lab-real-key-5e1d",
+             "note": "REAL vLLM (CPU build 0.32.0, lab/engine) serving the lab's tiny model, TP=2 over Gloo on two "
+                     "lab nodes of one 2-core machine; the restart is a real engine start (Python/torch imports). "},
+}
+LAB = LABS[os.environ.get("BENCH_LAB", "fleet")]
+RESULT = ROOT / "bench" / "results" / LAB["result"]
+INVENTORY = ROOT / "inventories" / LAB["inventory"] / "hosts.yml"
 RUNS = int(os.environ.get("BENCH_RUNS", "2"))
 INTERVAL = float(os.environ.get("BENCH_WATCH_INTERVAL", "10"))
-GROUP, HEAD, WORKER = "pair_b", "spark-b0", "spark-b1"
+GROUP, HEAD, WORKER = LAB["group"], LAB["head"], LAB["worker"]
 GOAL_SECONDS = 120.0
 
 
 def chat_ok():
-    body = json.dumps({"model": "deepseek-v4-flash", "max_tokens": 4, "messages": [{"role": "user", "content": "ping"}]})
-    run = subprocess.run(["docker", "exec", HEAD, "curl", "-s", "-m", "10", "-H", "Content-Type: application/json",
-                          "-d", body, "http://127.0.0.1:8888/v1/chat/completions"],
-                         capture_output=True, text=True, check=False, timeout=60)
+    body = json.dumps({"model": LAB["model"], "max_tokens": 4, "messages": [{"role": "user", "content": "ping"}]})
+    # Headers on curl's standard input (-H @-): a key is never on a command line, not even the lab's.
+    headers = "Content-Type: application/json\n" + ("Authorization: Bearer %s\n" % LAB["key"] if LAB["key"] else "")
+    run = subprocess.run(["docker", "exec", "-i", HEAD, "curl", "-s", "-m", "60", "-H", "@-", "-d", body,
+                          "http://127.0.0.1:8888/v1/chat/completions"],
+                         input=headers, capture_output=True, text=True, check=False, timeout=90)
     try:
         return run.returncode == 0 and bool(json.loads(run.stdout).get("choices"))
     except ValueError:
@@ -106,6 +120,8 @@ def main():
     result = {
         "benchmark": "supervisor recovery: a worker rank killed -> its group serving again under dspark-fleet watch",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                 check=False).stdout.strip(),
         "machine": machine(),
         "runs": RUNS,
         "watch_interval_s": INTERVAL,
@@ -113,8 +129,7 @@ def main():
         "max_death_to_serving_s": worst,
         "goal": {"max_death_to_serving_s": GOAL_SECONDS},
         "met": worst <= GOAL_SECONDS,
-        "note": "The serving image is the lab SIMULATOR (3 s fake load); 7 lab nodes on one 2-core machine. "
-                "Detection is bounded by the watch interval plus one check (playbooks/verify.yml).",
+        "note": LAB["note"] + "Detection is bounded by the watch interval plus one check (playbooks/verify.yml).",
     }
     return write_result(RESULT, result)
 
