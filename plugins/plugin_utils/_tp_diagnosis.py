@@ -10,6 +10,7 @@ one poll round. No Ansible imports, no I/O.
 
 from __future__ import annotations
 
+from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_assess import endpoint_difference
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_plan import as_int, log_key
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_signatures import CASCADE_CODES
 
@@ -139,12 +140,29 @@ def timeout_diagnoses(plan, assessment, judgement, timeout, log_sizes=None):
     if missing and started:
         return _nccl_hang_diagnoses(plan, missing, started, warn_by_rank, timeout)
     if missing:
-        # Culprits first: ranks that never dialled the store, then ranks that dialled it and logged
-        # trouble, then ranks that dialled it silently; rank 0 hosts the store and only waits for them.
+        # Culprits first: ranks that dial another endpoint than rank 0's store, ranks that never dialled the store,
+        # then ranks that dialled it and logged trouble, then ranks that dialled it silently; rank 0 hosts the store
+        # and only waits for them.
+        store = (init_by_rank.get(0) or {}).get('init_method')
+        elsewhere = dict((r, i['init_method']) for r, i in init_by_rank.items()
+                         if r != 0 and store and i.get('init_method') and i['init_method'] != store)
         for rank in missing:
             node = nodes.get(rank)
             init = init_by_rank.get(rank)
             warning = warn_by_rank.get(rank) or warn_by_rank.get(rank - rank % plan['ranks_per_node'])
+            if rank in elsewhere:
+                what = endpoint_difference(elsewhere[rank], store)[0]
+                cause = ('Rank %d on %s dialled the rendezvous on %s, but rank 0 on %s hosts the store on %s%s: torch '
+                         'retried that endpoint silently for %s s (it would for the whole store timeout, 30 min with '
+                         'Gloo, 10 with NCCL) and no rank logged an error.'
+                         % (rank, node, elsewhere[rank], nodes.get(0), store, ' (%s)' % what if what else '', timeout))
+                diag = make_diag('init_method_mismatch', rank, node, cause,
+                                 'Use the same --master-addr and --master-port (MASTER_ADDR/MASTER_PORT: '
+                                 'dspark_master_port, the head\'s fabric address) on every node of the group.',
+                                 init.get('evidence'))
+                diag['_prio'] = -1
+                diags.append(diag)
+                continue
             if warning:
                 cause = ('Rank %d on %s did not join the rendezvous%s within %s s; its log says: %s'
                          % (rank, node, ' on %s' % init['init_method'] if init and init.get('init_method') else '',
@@ -155,6 +173,9 @@ def timeout_diagnoses(plan, assessment, judgement, timeout, log_sizes=None):
                 cause = ('Rank 0 on %s opened the rendezvous store on %s and waited %s s for %s.'
                          % (node, init.get('init_method'), timeout,
                             'rank(s) %s' % ', '.join(str(r) for r in others) if others else 'the group to complete'))
+                if elsewhere:
+                    cause += ' These ranks dial another endpoint: %s.' % ', '.join(
+                        'rank %d on %s dials %s' % (r, nodes.get(r), elsewhere[r]) for r in sorted(elsewhere))
                 evidence, prio = init.get('evidence'), 3
             elif init:
                 cause = ('Rank %d on %s dialled the rendezvous on %s but never joined within %s s and logged no '

@@ -554,10 +554,16 @@ def _failed_collective(logical):
 
 
 def _collective_context(diagnoses, op, seq):
-    """Mark the NCCL errors of a failed collective as runtime failures: the group had started and was serving."""
+    """Mark the NCCL errors of a failed collective as runtime failures: the group had started and was serving.
+
+    Their code follows: a generic NCCL error of a collective that failed is ``nccl_runtime_error``, not
+    ``nccl_init_error`` (the communicator had been created and had worked).
+    """
     for diag in diagnoses:
         if diag['signature'] not in _PHASELESS:
             continue
+        if diag['code'] == 'nccl_init_error':
+            diag['code'] = 'nccl_runtime_error'
         diag['details'].update(phase='collective', op=op, seq=seq)
         diag['cause'] = ('Collective {0} #{1} failed while the group served (a runtime failure after start-up, not an '
                          'init failure): {2}'.format(op, seq, diag['cause']))

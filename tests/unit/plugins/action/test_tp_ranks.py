@@ -633,3 +633,31 @@ def test_tp4_over_two_nodes_with_two_gpus_each_is_ready(monkeypatch, version):
         (0, "a-head", None), (1, "a-head", "local_rank0"), (2, "a-worker", None), (3, "a-worker", "local_rank0")]
     assert result["world_size"] == 4 and result["generation_ok"] is True
     assert "TP group pair_a ready" in result["msg"] and "rank 3 on a-worker" in result["msg"]
+
+
+def _wrong_port_helpers():
+    path = Path(__file__).resolve().parents[1] / "module_utils" / "test_tp_wrong_master_port.py"
+    spec = importlib.util.spec_from_file_location("dspark_tp_ranks_wrong_port", str(path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_worker_on_a_wrong_master_port_is_named_within_the_bound(monkeypatch):
+    """The real engine's silent case (issue #24): a worker dialling another --master-port prints its world_size line
+    and nothing more for 30 minutes. The poll fails in the round both ranks' lines are seen, long before its timeout,
+    naming the rank, its node and both endpoints."""
+    wrong = _wrong_port_helpers()
+    head = wrong.up_to_world_line("vllm_cpu_pair.head.log", 0).splitlines()
+    worker = wrong.up_to_world_line("vllm_cpu_pair.worker.log", 1, wrong.WRONG).splitlines()
+    containers = {"a-head": FakeContainer(cid="1" * 64).at(0, head),
+                  # The worker starts late: its line shows in the third round.
+                  "a-worker": FakeContainer(cid="2" * 64).at(2, worker)}
+    result = run(FakeCluster(containers), monkeypatch, args={"timeout": 1800, "poll_interval": 2})
+    assert result["failed"] is True and result["elapsed"] == 4.0
+    assert diag_tuples(result) == [("init_method_mismatch", 1, "a-worker")]
+    assert result["msg"].startswith("TP group pair_a (2 ranks) is not serving after 4.0 s: rank 1 on a-worker: "
+                                    "init_method_mismatch: The ranks dial different rendezvous endpoints: rank 1 on "
+                                    "a-worker dials tcp://127.0.0.1:29599 (--master-port 29599, not 29511), but rank 0 "
+                                    "on a-head hosts the rendezvous store on tcp://127.0.0.1:29511.")
+    assert result["diagnosis"][0]["evidence"].endswith("distributed_init_method=tcp://127.0.0.1:29599 backend=gloo")

@@ -298,7 +298,7 @@ REAL_CASES = [
                                           ('nccl_remote_error', 'nccl_remote_error', 'fatal', False)]),
     ('nccl_peer_gone.rank0.log', [('nccl_warning', 'nccl_warn', 'warning', False),
                                   ('nccl_remote_error', 'nccl_remote_error', 'fatal', False),
-                                  ('nccl_init_error', 'nccl_last_error', 'fatal', False)]),
+                                  ('nccl_runtime_error', 'nccl_last_error', 'fatal', False)]),
     ('nccl_peer_gone.rank1.log', []),
     ('nccl_watchdog_timeout.rank0.log', [('collective_timeout', 'collective_timeout', 'fatal', False),
                                          ('nccl_warning', 'nccl_warn', 'warning', False)]),
@@ -449,5 +449,7 @@ def test_recorded_client_timeout_in_a_worker_log_names_rank_node_cause_and_fix()
     assert ('rendezvous_timeout', 0, 'spark-a') in roots and ('master_unreachable', 1, 'spark-b') in roots
     assert {'init_method_mismatch'} <= set(f['code'] for f in result['failures'])
     diags = tp_diagnosis.assessment_diagnoses(result)
-    # The head only waited for the worker: the worker's own cause comes first.
-    assert (diags[0]['code'], diags[0]['rank']) == ('master_unreachable', 1)
+    # The head only waited for the worker: the worker's own causes come first, the endpoint it dialled (its world_size
+    # line, the earlier evidence) before the timeout it met there.
+    assert [(d['code'], d['rank']) for d in diags[:2]] == [('init_method_mismatch', 1), ('master_unreachable', 1)]
+    assert 'rank 1 on spark-b dials tcp://10.0.0.9:25000 (--master-addr 10.0.0.9, not 10.0.0.1)' in diags[0]['cause']

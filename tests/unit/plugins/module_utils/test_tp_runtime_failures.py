@@ -60,7 +60,8 @@ def one(name, signature):
 
 PEER_LOST = ('peer_lost', 'gloo_peer_lost', 'fatal', False)
 REMOTE = ('nccl_remote_error', 'nccl_remote_error', 'fatal', False)
-LAST = ('nccl_init_error', 'nccl_last_error', 'fatal', False)
+# The "Last error:" of a collective that failed while serving: a runtime error, not an init one.
+LAST = ('nccl_runtime_error', 'nccl_last_error', 'fatal', False)
 HCA = ('wrong_hca', 'nccl_no_net_plugin', 'fatal', True)
 GENERIC = ('nccl_init_error', 'nccl_unhandled_system_error', 'fatal', False)
 
@@ -196,6 +197,22 @@ def test_init_failures_get_no_collective_phase(name):
     # The communicator never existed: torch raised synchronously from the first collective's call.
     for diag in tp_signatures.find_failures(real(name)):
         assert 'phase' not in diag['details'], diag['signature']
+        assert diag['code'] != 'nccl_runtime_error'
+    # Their generic NCCL error keeps the init code.
+    assert 'nccl_init_error' in [d['code'] for d in tp_signatures.find_failures(real(name))]
+
+
+@pytest.mark.parametrize('name', ['nccl_collective_killed.rank0.log', 'nccl_collective_killed_default.rank0.log',
+                                  'nccl_peer_gone.rank0.log'])
+def test_a_failed_collective_has_its_own_code(name):
+    """A collective that failed while serving is nccl_runtime_error: its text says runtime failure, and so does its
+    code (it used to stay nccl_init_error)."""
+    diags = tp_signatures.find_failures((REAL / name).read_text().partition('\n')[2])
+    codes = [d['code'] for d in diags]
+    assert 'nccl_init_error' not in codes and 'nccl_runtime_error' in codes
+    runtime = [d for d in diags if d['code'] == 'nccl_runtime_error'][0]
+    assert runtime['signature'] == 'nccl_last_error' and runtime['details']['phase'] == 'collective'
+    assert 'runtime failure after start-up, not an init failure' in runtime['cause']
 
 
 # --------------------------------------------------------------------------- (d) vLLM 0.33's own messages

