@@ -60,7 +60,7 @@ def one_run():
 
 
 def main():
-    runs = [one_run() for _ in range(RUNS)]
+    runs = [one_run() for _run in range(RUNS)]
     worst_lag = max(r["readiness_lag_s"] for r in runs)
     result = {
         "benchmark": "real engine: serve.yml restart -> tp_ranks proof (start to proven serving, readiness lag)",

@@ -21,6 +21,8 @@ KEYS = GROUP_VARS["serve_api_keys"]
 MODEL_NAME = GROUP_VARS["serve_served_model_name"]
 CONTAINER = "dspark-vllm"
 MODEL = json.loads((STATE / "model" / "model.json").read_text())
+# The lab Hugging Face endpoint's sentinel token (lab/hf_endpoint; read when the suite runs, the lab is up by then).
+TOKEN_FILE = STATE / "hf_endpoint" / "lab-real" / "token"
 
 
 def run(argv, timeout=1800, env=None):

@@ -16,8 +16,8 @@ import urllib.request
 import openai
 import pytest
 
-from reallab import (GROUP, HEAD, HEAD_API, INVENTORY, KEYS, MODEL, MODEL_NAME, ROOT, WORKER, fleet, node, playbook,
-                     rank_state)
+from reallab import (GROUP, HEAD, HEAD_API, INVENTORY, KEYS, MODEL, MODEL_NAME, ROOT, TOKEN_FILE, WORKER, fleet, node,
+                     playbook, rank_state)
 
 # A recovery on the 2-core machine: a check, the logs, a restart of real vLLM (about 60 s alone, more beside CI's lanes).
 RECOVERY_BOUND_S = 600
@@ -48,7 +48,7 @@ def test_greedy_chat_equals_transformers_on_one_node():
     random, so the text is noise, but the same noise). Compared up to the first incomplete UTF-8 byte sequence."""
     check = MODEL["transformers_check"]
     answer = greedy(check["messages"], check["max_tokens"])
-    expected = check["greedy_text"].split("\ufffd")[0]
+    expected = check["greedy_text"].split("\ufffd", 1)[0]
     assert len(expected) > 20
     assert answer.choices[0].message.content.startswith(expected), (answer.choices[0].message.content, expected)
     assert answer.usage.prompt_tokens == check["prompt_tokens"]
@@ -59,7 +59,7 @@ def test_streamed_chat_and_the_second_key():
     chunks = list(client(KEYS[1]).chat.completions.create(
         model=MODEL_NAME, messages=check["messages"], max_tokens=8, temperature=0, stream=True))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert len(chunks) >= 8 and text and check["greedy_text"].startswith(text.split("\ufffd")[0]), text
+    assert len(chunks) >= 8 and text and check["greedy_text"].startswith(text.split("\ufffd", 1)[0]), text
 
 
 def test_without_a_valid_key_no_completion():
@@ -76,25 +76,33 @@ def test_without_a_valid_key_no_completion():
 
 def test_no_key_reaches_the_controller_the_saved_logs_or_a_command_line():
     """The leak sweep on the real engine: vLLM logs its non-default args, the --config file's keys included. At -vvv
-    (tp_ranks reads every rank's log) neither key may appear in Ansible's output, in the saved rank logs, nor on any
-    process's command line on either node; the keys are in the head's 0600 files only."""
+    (tp_ranks reads every rank's log; the checkpoint role holds the Hub token) neither key nor the lab Hub's token may
+    appear in Ansible's output, the saved rank logs, either node's journal, nor on any process's command line; the keys
+    are in the head's 0600 files only."""
     rc, head_log = node(HEAD, "docker logs %s 2>&1 | grep -c 'non-default args' || true" % "dspark-vllm")
     assert int(head_log.strip() or 0) >= 1, "the head logged no non-default args line: nothing was swept"
     rc, verify = playbook("playbooks/verify.yml", "-vvv")
     assert rc == 0, verify[-3000:]
     rc, logs = playbook("playbooks/logs.yml", "-vvv")
     assert rc == 0, logs[-3000:]
+    rc, checkpoint = playbook("playbooks/checkpoint.yml", "-vvv")
+    assert rc == 0, checkpoint[-3000:]
     saved = sorted((ROOT / ".dspark-logs" / GROUP).glob("rank*.log"))
     assert len(saved) == 2, saved
-    texts = {"verify -vvv": verify, "logs -vvv": logs}
+    texts = {"verify -vvv": verify, "logs -vvv": logs, "checkpoint -vvv": checkpoint}
     texts.update({str(p): p.read_text(errors="replace") for p in saved})
     for host in (HEAD, WORKER):
         rc, ps = node(host, "ps -eo args")
         assert rc == 0 and "vllm" in ps, ps[-2000:]
         texts["ps on " + host] = ps
+    token = TOKEN_FILE.read_text().strip()
+    assert token.startswith("hf_dsparkLabSentinel"), "the lab endpoint's token file holds no sentinel"
+    for host in (HEAD, WORKER):
+        rc, journal = node(host, "journalctl --no-pager -q -o cat")
+        texts["journal of " + host] = journal
     for where, text in texts.items():
-        for key in KEYS:
-            assert key not in text, "API key found in %s" % where
+        for secret in KEYS + [token]:
+            assert secret not in text, "a secret (%s...) found in %s" % (secret[:12], where)
     rc, modes = node(HEAD, "stat -c '%a %U' /etc/dspark/serve/secrets.env /etc/dspark/serve/api-keys.yaml")
     assert rc == 0 and modes.split() == ["600", "root", "600", "root"], modes
 

@@ -202,7 +202,7 @@ def test_a_waiter_for_the_lab_lock_is_told_who_holds_it(fake):
     holder = subprocess.Popen(["bash", "-c", 'source "%s"; STATE="%s"; load_timeouts; lock up -i pair; exec sleep 30'
                                % (LAB_SH, fake.state)], env=fake.env)  # pylint: disable=consider-using-with
     try:
-        for _ in range(100):
+        for _attempt in range(100):
             if (fake.state / "lock.holder").exists():
                 break
             time.sleep(0.1)
