@@ -15,26 +15,16 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import sys
 import re
 from pathlib import Path
 
 import pytest
 
-try:
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_diagnosis as tp_diagnosis
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_loglines as tp_lines
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_plan as tp_plan
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_signatures as tp_signatures
-except ImportError:
-    # Plain run without the conftest: the committed collections/ symlink makes the collection importable.
-    sys.path.insert(0, str(Path(__file__).resolve().parents[4] / 'collections'))
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_diagnosis as tp_diagnosis
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_loglines as tp_lines
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_plan as tp_plan
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_signatures as tp_signatures
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_diagnosis as tp_diagnosis
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_loglines as tp_lines
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_plan as tp_plan
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_signatures as tp_signatures
 
 HERE = Path(__file__).resolve().parent
 REAL = HERE / 'fixtures' / 'real'

