@@ -73,7 +73,7 @@ lab-real-down:
 site-real: venv
 	$(BIN)/ansible-playbook -i $(LAB_REAL) site.yml
 
-$(SIM_TAR): lab/simulator/Dockerfile lab/simulator/build.sh lab/simulator/save.sh lab/simulator/dspark_vllm_sim.py
+$(SIM_TAR): lab/simulator/Dockerfile lab/simulator/build.sh lab/simulator/save.sh lab/save_image.sh lab/simulator/dspark_vllm_sim.py
 	bash lab/simulator/save.sh $@
 
 site: venv

@@ -16,15 +16,4 @@ IMAGE=${IMAGE:-dspark-lab/vllm-cpu:0.32.0}
 archive=${1:-$REPO/.lab/images/vllm-cpu.tar}
 
 IMAGE=$IMAGE bash "$HERE/build.sh"
-id=$(docker image inspect -f '{{.Id}}' "$IMAGE")
-if [[ -s $archive ]] && tar -xOf "$archive" manifest.json | grep -q "${id#sha256:}"; then
-  touch "$archive" # newer than the sources again, for make's rule
-  echo "save.sh: current $archive ($id)"
-  exit 0
-fi
-mkdir -p "$(dirname "$archive")"
-# The temporary file is removed if the save fails or is interrupted (several GB).
-trap 'rm -f "$archive.tmp.$$"' EXIT
-docker save -o "$archive.tmp.$$" "$IMAGE"
-mv -f "$archive.tmp.$$" "$archive"
-echo "save.sh: saved $archive ($id)"
+exec bash "$HERE/../save_image.sh" "$IMAGE" "$archive"

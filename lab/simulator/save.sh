@@ -4,8 +4,7 @@
 #
 # The SIMULATOR image (NOT vLLM) as a `docker save` archive, for docker_runtime's tarball path (the fleet lab, the
 # docker_runtime scenario). Builds the image first (build.sh; docker build's cache makes a repeat take seconds), then
-# writes ARCHIVE only when it holds another image (its manifest names the config blob, whose hash is the image ID),
-# and by rename: another lab of `make test` may be copying the old archive to its nodes meanwhile.
+# writes ARCHIVE through lab/save_image.sh (only when it holds another image, by rename).
 #   bash lab/simulator/save.sh .lab/images/vllm-sim.tar    # last line: "save.sh: saved ..." or "save.sh: current ..."
 set -euo pipefail
 
@@ -14,13 +13,4 @@ IMAGE=${IMAGE:-dspark-lab/vllm-sim:latest}
 archive=${1:?usage: save.sh ARCHIVE}
 
 IMAGE=$IMAGE bash "$HERE/build.sh"
-id=$(docker image inspect -f '{{.Id}}' "$IMAGE")
-if [[ -s $archive ]] && tar -xOf "$archive" manifest.json | grep -q "${id#sha256:}"; then
-  touch "$archive" # newer than the sources again, for make's rule
-  echo "save.sh: current $archive ($id)"
-  exit 0
-fi
-mkdir -p "$(dirname "$archive")"
-docker save -o "$archive.tmp.$$" "$IMAGE"
-mv -f "$archive.tmp.$$" "$archive"
-echo "save.sh: saved $archive ($id)"
+exec bash "$HERE/../save_image.sh" "$IMAGE" "$archive"
