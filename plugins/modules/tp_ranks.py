@@ -220,10 +220,12 @@ diagnosis:
   contains:
     code:
       description: >-
-        Failure code, for example C(nccl_init_error), C(nccl_connect_failed), C(wrong_gid_or_hca),
-        C(nccl_init_hang) (every rank passed the rendezvous store, NCCL setup never finished), C(rendezvous_timeout),
-        C(collective_timeout), C(bad_arguments), C(insufficient_free_memory), C(container_exited),
-        C(container_restarted), C(wedged), C(served_model_mismatch), C(api_not_ready), C(node_unreachable).
+        Failure code, for example C(nccl_init_error), C(nccl_runtime_error) (a collective failed while serving),
+        C(nccl_connect_failed), C(wrong_gid_or_hca), C(wrong_hca), C(peer_lost), C(init_method_mismatch) (a rank dials
+        another master address or port), C(nccl_init_hang) (every rank passed the rendezvous store, NCCL setup never
+        finished), C(rendezvous_timeout), C(collective_timeout), C(bad_arguments), C(insufficient_free_memory),
+        C(shm_too_small), C(container_exited), C(container_restarted), C(wedged), C(served_model_mismatch),
+        C(api_not_ready), C(node_unreachable).
       type: str
     rank:
       description: Global rank concerned (the first rank of the node for node-level causes); null for the group.
