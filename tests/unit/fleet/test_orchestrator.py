@@ -41,13 +41,13 @@ class Spec:
         self.ident = ident
 
 
-def fleet(streams, parallel=1, hold=(), **kwargs):
+def fleet(streams, parallel=1, hold=(), tick=0.01, **kwargs):
     runs = dict((name, GroupRun(name, Spec(name))) for name in streams)
     out = io.StringIO()
     runner = FakeRunner(streams, hold)
     finished = []
     return Fleet(runs, Scheduler(list(streams), parallel=parallel, **kwargs), progress.PlainProgress(out),
-                 runner=runner, tick=0.01, on_finish=lambda f: finished.append(1)), runner, out, finished
+                 runner=runner, tick=tick, on_finish=lambda f: finished.append(1)), runner, out, finished
 
 
 def test_results_events_and_progress_lines():
@@ -77,6 +77,16 @@ def test_stop_cancels_running_groups_and_starts_no_more():
     assert runs["b"].result == NOT_STARTED and runs["c"].result == NOT_STARTED
     assert runner.started == ["a"]
     assert f.scheduler.blocked() == "interrupted by SIGINT"
+    assert "interrupted by SIGINT: no new group starts; cancelling a" in out.getvalue()
+
+
+def test_a_group_cancelled_before_the_loop_comes_round_is_still_named():
+    """The race a loaded CI machine hit: the cancelled group finished while the loop waited for a finished group
+    (a long tick makes it certain), and the stop was never announced."""
+    f, runner, out = fleet({"a": "site_converged", "b": "site_converged"}, hold=("a",), tick=30)[:3]
+    threading.Thread(target=lambda: (runner.holding.wait(5), f.request_stop("interrupted by SIGINT"))).start()
+    runs = f.run()
+    assert runs["a"].result == CANCELLED and runs["b"].result == NOT_STARTED
     assert "interrupted by SIGINT: no new group starts; cancelling a" in out.getvalue()
 
 

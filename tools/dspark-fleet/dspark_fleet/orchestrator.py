@@ -109,6 +109,7 @@ class Fleet:
         self.cancel = threading.Event()
         self.abandon = threading.Event()
         self.stop_reason = None
+        self._announced = False
         self.done = queue.Queue()
         self.threads = {}
 
@@ -196,17 +197,24 @@ class Fleet:
         now = time.time()
         return [run.row(now) for run in self.runs.values()]
 
+    def _announce_stop(self):
+        """Once a stop was requested: no group starts any more, and the operator is told which groups are cancelled.
+        Also called before a finished group leaves `running`: a group cancelled by the stop can finish before the loop
+        comes round (request_stop sets the reason before the cancel event), and must still be named."""
+        if self.stop_reason is None:
+            return
+        self.scheduler.stop(self.stop_reason)
+        if not self._announced:
+            self._announced = True
+            if self.scheduler.running:
+                self.progress.message("%s: no new group starts; cancelling %s (again to stop waiting)" % (
+                    self.stop_reason, ", ".join(self.scheduler.running)))
+
     def run(self):
         self.progress.set_groups(list(self.runs))
-        announced = False
+        self._announced = False
         while True:
-            if self.stop_reason is not None:
-                self.scheduler.stop(self.stop_reason)
-                if not announced:
-                    announced = True
-                    if self.scheduler.running:
-                        self.progress.message("%s: no new group starts; cancelling %s (again to stop waiting)" % (
-                            self.stop_reason, ", ".join(self.scheduler.running)))
+            self._announce_stop()
             for name in self.scheduler.take():
                 self._start(name)
             if self.scheduler.done():
@@ -216,6 +224,7 @@ class Fleet:
                 continue
             try:
                 name = self.done.get(timeout=self.tick)
+                self._announce_stop()
                 self._finish(name)
                 while True:
                     self._finish(self.done.get_nowait())
