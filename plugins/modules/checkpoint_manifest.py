@@ -352,9 +352,6 @@ def run(module):
     except CheckpointError as e:
         module.warn(e.message)
         refs_main = None
-    if p['state'] == 'verified' and refs_main != revision:
-        module.warn('refs/main of %s names %s, not the verified revision %s: serving by bare model id would not '
-                    'load this snapshot' % (model, refs_main or 'nothing', revision))
 
     previous_state = read_json(state_path) if state_path else None
     records = state_entries(previous_state, snap)
@@ -398,6 +395,10 @@ def run(module):
 
     if p['state'] == 'verified' and not (result['ok'] and not (index and index['missing'])):
         module.fail_json(msg=result['report'], code='incomplete', **result)
+    # Only about a snapshot that verified: a target checked before its first copy has no refs/main yet.
+    if p['state'] == 'verified' and refs_main != revision:
+        module.warn('refs/main of %s names %s, not the verified revision %s: serving by bare model id would not '
+                    'load this snapshot' % (model, refs_main or 'nothing', revision))
     module.exit_json(**result)
 
 

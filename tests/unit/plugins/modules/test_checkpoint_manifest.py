@@ -259,3 +259,17 @@ def test_absent_snapshot_lists_all_missing(capsys, source, tmp_path):
 def test_missing_manifest_dir_for_built(capsys, source, tmp_path):
     rc, out = build(capsys, source, manifest_path=str(tmp_path / "nope" / "m.json"))
     assert rc == 1 and out["code"] == "invalid_argument"
+
+
+def test_refs_main_warning_only_about_a_verified_snapshot(capsys, source, target, tmp_path):
+    """A target checked before its first copy has no refs/main yet: no warning then (it was the first converge's only
+    warning on the real-engine lab); a verified snapshot whose refs/main names another revision is still warned about."""
+    build(capsys, source)
+    rc, out = check(capsys, dict(source, cache=str(tmp_path / "empty")))
+    assert rc == 1 and out["code"] == "incomplete" and not out.get("warnings")
+    publish(source, target)
+    with open(os.path.join(target["cache"], "hub", "models--" + MODEL.replace("/", "--"), "refs", "main"), "w") as ref:
+        ref.write("0" * 40)
+    rc, out = check(capsys, target, revision=REV)
+    assert rc == 0, out
+    assert any("refs/main of %s names %s" % (MODEL, "0" * 40) in str(w) for w in out.get("warnings", [])), out
