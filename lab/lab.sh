@@ -6,7 +6,7 @@
 # to dspark_fabric_interface. Every host of group `dspark_router` (the fleet's router) becomes a container on the
 # management network only, with its lab_published_ports published on 127.0.0.1 too.
 # lab/labspec.py reads the inventory; this script only reads its plain output.
-# Usage: lab.sh up | down [--purge] | status | image   [-i INVENTORY]   (default: inventories/lab/hosts.yml, the pair)
+# Usage: lab.sh up | down [--purge] | status | image | engine   [-i INVENTORY]   (default: inventories/lab/hosts.yml, the pair)
 set -euo pipefail
 
 LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -704,7 +704,7 @@ lock_holder() {
   printf '%s' "${holder:-another lab.sh up/down}"
 }
 
-usage() { echo "usage: $0 up | down [--purge] | status | image   [-i INVENTORY]   (default $DEFAULT_INVENTORY)" >&2; exit 2; }
+usage() { echo "usage: $0 up | down [--purge] | status | image | engine   [-i INVENTORY]   (default $DEFAULT_INVENTORY)" >&2; exit 2; }
 
 main() {
   local cmd=${1:-} purge=
@@ -733,6 +733,8 @@ main() {
     status) load_spec || die "cannot read the lab from $INVENTORY (see above)"; cmd_status ;;
     # Only the node image and the SSH key every lab shares (make test builds them before its lanes start).
     image) lock image; ensure_engine; ensure_image; ensure_key ;;
+    # Only a Docker engine that answers (lab/engine/build.sh: the real engine's image needs no node image).
+    engine) ensure_engine ;;
     *) usage ;;
   esac
 }

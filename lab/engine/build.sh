@@ -33,24 +33,6 @@ source "$HERE/target.sh"
 log() { printf 'engine: %s\n' "$*"; }
 die() { printf 'engine: ERROR: %s\n' "$*" >&2; exit 1; }
 
-# The host has no systemd: if no engine answers, run dockerd detached, as lab/lab.sh's ensure_engine does (same log).
-# lab.sh cannot be sourced (it runs its main on load), and `lab.sh image` would also build the node image, which
-# this image does not use.
-engine_up() { docker info >/dev/null 2>&1; }
-ensure_engine() {
-  engine_up && return 0
-  command -v dockerd >/dev/null || die "no Docker engine and no dockerd (bash tests/ci/prereqs.sh lab installs docker.io)"
-  mkdir -p "$STATE"
-  log "starting dockerd (log: $STATE/dockerd.log)"
-  # 9>&-: dockerd must not inherit the build lock, or it would hold it for its whole life.
-  setsid nohup dockerd >>"$STATE/dockerd.log" 2>&1 </dev/null 9>&- &
-  local deadline=$((SECONDS + 60))
-  until engine_up; do
-    ((SECONDS < deadline)) || die "dockerd did not answer within 60s (see $STATE/dockerd.log)"
-    sleep 1
-  done
-}
-
 recipe_hash() {
   (cd "$HERE" && sha256sum build.sh install.sh packages.txt requirements.txt target.sh) | sha256sum | cut -c1-12
 }
@@ -159,7 +141,8 @@ build() {
 main() {
   local want have reported
   command -v docker >/dev/null || die "the docker CLI is not installed (bash tests/ci/prereqs.sh lab)"
-  ensure_engine
+  # The host has no systemd: lab.sh starts dockerd when none answers (and says why when it cannot).
+  bash "$REPO/lab/lab.sh" engine
   want=$(recipe_hash)
   have=$(label_of "$IMAGE" dspark.lab.engine.recipe)
   if [[ $have == "$want" ]]; then
