@@ -1,0 +1,340 @@
+"""Generate docs/benchmarks.md from the benchmark results in bench/results/*.json.
+
+Every number, goal, verdict, date and commit in docs/benchmarks.md comes from a result file; the hand-written
+part (what a benchmark measures, which script in bench/ produced it, which result fields are its key numbers) is
+the table BENCHMARKS below, one entry per result file. `python tests/ci/bench_docs.py` writes the page;
+`--check` (`make lint`) exits 1 with a unified diff when the page differs from what the results give, and 2 when
+a result file is unreadable, not JSON, lacks a field named here or has no entry in BENCHMARKS. Stdlib only.
+"""
+
+import argparse
+import difflib
+import json
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RESULTS = "bench/results"
+PAGE = "docs/benchmarks.md"
+FIX = "run python tests/ci/bench_docs.py"
+
+# One entry per result file: title, script (in bench/), what it measures (prose, no numbers), and its key numbers
+# as (label, path into the JSON). A path is dotted; "*" takes every item of a list or every value of a mapping.
+BENCHMARKS = {
+    "site_noop.json": {
+        "title": "No-op re-run of site.yml",
+        "script": "bench/bench_site_noop.py",
+        "measures": "`site.yml` run again on the converged lab pair (SIMULATOR image): what an operator pays "
+                    "for a run that must change nothing. Converges once untimed, then times each further run "
+                    "and reads its recap.",
+        "numbers": [("wall time of each run (s)", "seconds"), ("median (s)", "median_seconds"),
+                    ("most tasks changed in one run", "max_changed")],
+    },
+    "tp_ranks_readiness.json": {
+        "title": "tp_ranks readiness lag (simulator)",
+        "script": "bench/bench_tp_ranks_readiness.py",
+        "measures": "How soon `tp_ranks` calls a restarted lab group ready: its `ready_at` minus the SIMULATOR's "
+                    "own `Application startup complete.` time (the lab's containers share the controller's clock).",
+        "numbers": [("lag of each run (s)", "lag_seconds"), ("worst lag (s)", "max_lag_seconds")],
+    },
+    "real_engine_start.json": {
+        "title": "Real engine: start to proven serving, readiness lag",
+        "script": "bench/bench_real_engine.py",
+        "measures": "On the real-engine pair (`make lab-real site-real`: vLLM's CPU build, the lab's tiny model, "
+                    "TP=2 over Gloo), `playbooks/serve.yml` restarts the group; measured are the time from the "
+                    "playbook's start to `tp_ranks`' proof, and the readiness lag (proof minus the API's "
+                    "`Application startup complete.`), split into the first `/health` answer and the engine's "
+                    "first generation.",
+        "numbers": [("start to proven serving, worst run (s)", "max_start_to_proven_serving_s"),
+                    ("readiness lag of each run (s)", "results.*.readiness_lag_s"),
+                    ("first /health answer after the API started, worst (s)", "max_api_answer_seen_after_s"),
+                    ("first generation, worst (s)", "max_first_generation_s")],
+    },
+    "recovery.json": {
+        "title": "Supervisor recovery (simulator, fleet lab)",
+        "script": "bench/bench_recovery.py",
+        "measures": "A worker rank of a fleet-lab group is killed while `dspark-fleet watch` runs; the clock runs "
+                    "until a chat completion on the head answers again after the supervisor's restart.",
+        "numbers": [("watch interval (s)", "watch_interval_s"),
+                    ("death to serving, each run (s)", "results.*.death_to_serving_s"),
+                    ("death to failed check, each run (s)", "results.*.death_to_failed_check_s"),
+                    ("restart (serve.yml), each run (s)", "results.*.restart_s")],
+    },
+    "real_engine_recovery.json": {
+        "title": "Supervisor recovery (real engine)",
+        "script": "bench/bench_recovery.py",
+        "measures": "The same as the simulator's recovery benchmark (`BENCH_LAB=real`), on the real-engine pair: "
+                    "a killed worker rank, `dspark-fleet watch`, until the head answers a chat completion again.",
+        "numbers": [("watch interval (s)", "watch_interval_s"),
+                    ("death to serving, each run (s)", "results.*.death_to_serving_s"),
+                    ("death to failed check, each run (s)", "results.*.death_to_failed_check_s"),
+                    ("restart (serve.yml), each run (s)", "results.*.restart_s")],
+    },
+    "checkpoint_reverify.json": {
+        "title": "Checkpoint re-verify",
+        "script": "bench/bench_checkpoint_reverify.py",
+        "measures": "The fast-path re-verify of an unchanged checkpoint of sparse shards (150 GiB apparent size, "
+                    "HF cache layout), as the library call and end to end as the module through ad-hoc `ansible` "
+                    "(with `ansible.builtin.ping` timed beside it: Ansible's own start-up); also the first "
+                    "manifest build and verification.",
+        "numbers": [("apparent size (GiB)", "checkpoint.apparent_gib"), ("files", "checkpoint.files"),
+                    ("re-verify, library, each run (s)", "reverify_library_seconds"),
+                    ("re-verify, module, each run (s)", "reverify_module_seconds"),
+                    ("ansible ping, each run (s)", "ansible_ping_seconds"),
+                    ("manifest build (s)", "build_manifest.seconds"),
+                    ("first verification (s)", "first_verify.seconds")],
+    },
+    "checkpoint_throughput.json": {
+        "title": "Checkpoint SCP copy over the lab fabric",
+        "script": "bench/bench_checkpoint_throughput.py",
+        "measures": "`BENCH_LINK=lab`: the checkpoint role's SCP-mode copy task against plain `rsync -a` of the "
+                    "same files over the container lab's fabric bridge, rounds alternating which goes first.",
+        "numbers": [("plain rsync -a (MB/s)", "plain_rsync_mb_s"), ("role's copy (MB/s)", "role_copy_mb_s"),
+                    ("ratio (plain time / role time)", "throughput_ratio"), ("ratio of each round", "rounds.*.ratio")],
+    },
+    "checkpoint_throughput_local.json": {
+        "title": "Parallel SCP streams, loopback, 2 cores",
+        "script": "bench/bench_checkpoint_throughput.py",
+        "measures": "`BENCH_LINK=local`: the `checkpoint_copy` module with one stream and with several streams "
+                    "(AES-GCM, the key forced into rrsync) against plain `rsync -a`, through a private sshd on "
+                    "127.0.0.1 of the 2-core development machine: sender, receiver, ssh and sshd share its cores.",
+        "numbers": [("streams", "streams"), ("plain rsync -a (MB/s)", "plain_rsync_mb_s"),
+                    ("one stream (MB/s)", "single_stream_mb_s"), ("parallel streams (MB/s)", "parallel_mb_s"),
+                    ("one stream / plain", "ratio_single"), ("parallel / plain", "throughput_ratio"),
+                    ("parallel / plain, each round", "rounds.*.ratio_parallel")],
+    },
+    "checkpoint_throughput_local_run1.json": {
+        "title": "Parallel SCP streams, loopback, 2 cores (earlier run)",
+        "script": "bench/bench_checkpoint_throughput.py",
+        "measures": "An earlier run of the same loopback benchmark, kept beside it: the load from other sessions "
+                    "on the same 2 cores swung during both runs.",
+        "numbers": [("streams", "streams"), ("plain rsync -a (MB/s)", "plain_rsync_mb_s"),
+                    ("one stream (MB/s)", "single_stream_mb_s"), ("parallel streams (MB/s)", "parallel_mb_s"),
+                    ("one stream / plain", "ratio_single"), ("parallel / plain", "throughput_ratio"),
+                    ("parallel / plain, each round", "rounds.*.ratio_parallel")],
+    },
+    "checkpoint_throughput_device.json": {
+        "title": "Parallel SCP streams, loopback, 16 cores",
+        "script": "bench/bench_checkpoint_throughput.py",
+        "measures": "The same loopback benchmark (`BENCH_SSHD=/usr/sbin/sshd`) on a 16-core x86 machine (the "
+                    "device machine, GPU unused), where the cores do not bound the copy as they do on 2; four "
+                    "runs at different stream and shard counts.",
+        "numbers": [("streams", "streams"), ("plain rsync -a (MB/s)", "plain_rsync_mb_s"),
+                    ("one stream (MB/s)", "single_stream_mb_s"), ("parallel streams (MB/s)", "parallel_mb_s"),
+                    ("parallel / plain", "throughput_ratio"),
+                    ("all runs: shards", "device_runs.*.shards"), ("all runs: streams", "device_runs.*.streams"),
+                    ("all runs: parallel / plain", "device_runs.*.throughput_ratio")],
+    },
+    "fleet_scale.json": {
+        "title": "Fleet scale",
+        "script": "bench/bench_fleet.py",
+        "measures": "On the SIMULATED fleet lab (two pairs and a trio): `dspark-fleet reprovision` with a forced "
+                    "restart of every group in parallel against one group alone, and a no-op `site.yml` over the "
+                    "fleet against one pair, in the same run; also the controller memory per group.",
+        "numbers": [("groups", "fleet.groups"), ("nodes", "fleet.nodes"),
+                    ("reprovision: fleet / one group (s)", "reprovision.fleet_seconds"),
+                    ("reprovision: one group alone (s)", "reprovision.one_group_seconds"),
+                    ("reprovision ratio", "reprovision.ratio"),
+                    ("no-op site.yml: fleet (s)", "noop_site.fleet_seconds"),
+                    ("no-op site.yml: one pair (s)", "noop_site.one_pair_seconds"),
+                    ("no-op ratio", "noop_site.ratio"),
+                    ("controller memory peak per group (MiB)", "reprovision.groups.*.controller_memory_peak_mib")],
+    },
+    "router_roll.json": {
+        "title": "Requests through the router during a rolling reprovision",
+        "script": "bench/bench_router_roll.py",
+        "measures": "A steady load through the fleet lab's HAProxy router (half the requests streamed), first "
+                    "alone, then during `dspark-fleet reprovision --rolling` of every group (drain, site.yml, "
+                    "proof, back in rotation).",
+        "numbers": [("load (requests/s)", "load.rate_per_s"),
+                    ("during the roll: sent", "during_roll.requests_sent"),
+                    ("during the roll: failed", "during_roll.requests_failed"),
+                    ("during the roll: incomplete streams", "during_roll.incomplete"),
+                    ("p50 latency during the roll (s)", "during_roll.latency_p50_s"),
+                    ("p99 latency during the roll (s)", "during_roll.latency_p99_s"),
+                    ("p50 latency, steady (s)", "steady_state.latency_p50_s"),
+                    ("p99 latency, steady (s)", "steady_state.latency_p99_s"),
+                    ("out of rotation per group (s)", "groups.*.out_of_rotation_s")],
+    },
+}
+
+INTRO = """\
+# Benchmarks
+
+<!-- Generated from bench/results/*.json by tests/ci/bench_docs.py; do not edit by hand. -->
+
+Each script in `bench/` writes its result to `bench/results/<name>.json` (`make bench` runs them all through
+`bench/run.sh`; `bench/benchlib.py` holds the shared timing and result code). This page is generated from those
+files: `python tests/ci/bench_docs.py` rewrites it, and `make lint` fails when it differs from them. The text about
+each benchmark is in that script's `BENCHMARKS` table; every number, goal and verdict comes from the result.
+
+Unless a result says otherwise, numbers were measured on the 2-core development machine, usually with other labs
+or CI running beside them. Where the serving image is the SIMULATOR they measure the collection's own overhead
+(Ansible, the proof, the copy), never vLLM's speed; the real-engine results use vLLM's CPU build and a tiny model.
+Further measurements: the role READMEs ("Measured" sections of `roles/checkpoint/README.md` and
+`roles/router/README.md`), `docs/fleet.md` (the fleet lab) and `docs/development.md` (CI stage times).
+"""
+
+
+class ResultError(Exception):
+    """A result file that cannot be rendered; the message names the file and the fix."""
+
+
+def load(path):
+    """The parsed JSON object of one result file."""
+    try:
+        data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ResultError("%s: cannot read it (%s)" % (path, err.strerror or err)) from err
+    except ValueError as err:
+        raise ResultError("%s: not valid JSON (%s). Fix: run its benchmark again or repair the file" % (path, err)) from err
+    if not isinstance(data, dict):
+        raise ResultError("%s: a result must be a JSON object, found %s" % (path, type(data).__name__))
+    return data
+
+
+def lookup(data, path):
+    """The value at a dotted path ("*" = every item); KeyError naming the missing part."""
+    values = [data]
+    for part in path.split("."):
+        found = []
+        for value in values:
+            if part == "*" and isinstance(value, list):
+                found.extend(value)
+            elif part == "*" and isinstance(value, dict):
+                found.extend(value.values())
+            elif isinstance(value, dict) and part in value:
+                found.append(value[part])
+            else:
+                raise KeyError(part)
+        values = found
+    return values if "*" in path.split(".") else values[0]
+
+
+def fmt(value):
+    """A JSON value as page text."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(fmt(item) for item in value)
+    if isinstance(value, dict):
+        return ", ".join("%s %s" % (key, fmt(item)) for key, item in value.items())
+    if value is None:
+        return "none"
+    return str(value)
+
+
+def goal_text(goal):
+    """A result's `goal` mapping in words: max_x / x_max = at most, min_x / x_min = at least, else equals."""
+    if not goal:
+        return "none recorded"
+    parts = []
+    for key, value in goal.items():
+        if key.startswith("max_") or key.endswith("_max"):
+            parts.append("`%s` at most %s" % (key.replace("max_", "", 1) if key.startswith("max_") else key[:-4], fmt(value)))
+        elif key.startswith("min_") or key.endswith("_min"):
+            parts.append("`%s` at least %s" % (key.replace("min_", "", 1) if key.startswith("min_") else key[:-4], fmt(value)))
+        else:
+            parts.append("`%s` = %s" % (key, fmt(value)))
+    return ", ".join(parts)
+
+
+def verdict(data):
+    if "met" not in data:
+        return "no verdict recorded"
+    return "**met**" if data["met"] else "**not met**"
+
+
+def commit(data):
+    value = data.get("git_commit") or data.get("commit")
+    return "`%s`" % str(value)[:12] if value else "not recorded"
+
+
+def machine(data):
+    info = data.get("machine") or {}
+    if not info:
+        return "not recorded"
+    text = "%s cores, %s" % (info.get("cores", "?"), info.get("cpu", "unknown CPU"))
+    if info.get("python"):
+        text += ", Python %s" % info["python"]
+    return text
+
+
+def entry(name):
+    if name not in BENCHMARKS:
+        raise ResultError("%s/%s: no entry for it in BENCHMARKS in tests/ci/bench_docs.py. Fix: add one (title, "
+                          "script, what it measures, key numbers), then %s" % (RESULTS, name, FIX))
+    return BENCHMARKS[name]
+
+
+def numbers(name, data):
+    """The key-number lines of one result."""
+    lines = []
+    for label, path in entry(name)["numbers"]:
+        try:
+            value = lookup(data, path)
+        except KeyError as err:
+            raise ResultError("%s/%s: no field %r (part %r missing), which BENCHMARKS in tests/ci/bench_docs.py "
+                              "names as a key number. Fix: correct the entry or the result" % (RESULTS, name, path, err.args[0])) from err
+        lines.append("- %s: %s" % (label, fmt(value)))
+    return lines
+
+
+def section(name, data):
+    spec = entry(name)
+    lines = ["## %s" % spec["title"], "", spec["measures"], "",
+             "- result: `%s/%s`, written by `%s`" % (RESULTS, name, spec["script"]),
+             "- goal: %s; %s" % (goal_text(data.get("goal")), verdict(data)),
+             "- measured: %s, commit %s, on %s" % (data.get("date", "date not recorded"), commit(data), machine(data))]
+    lines.extend(numbers(name, data))
+    if data.get("note"):
+        lines.extend(["", "Note recorded with the result: %s" % " ".join(str(data["note"]).split())])
+    return lines
+
+
+def render(results_dir):
+    """The page for every *.json in results_dir (sorted by file name)."""
+    paths = sorted(pathlib.Path(results_dir).glob("*.json"))
+    if not paths:
+        raise ResultError("%s: no *.json result files" % results_dir)
+    loaded = [(path.name, load(path)) for path in paths]
+    rows = ["| Result | Benchmark | Goal | Verdict | Measured |", "| --- | --- | --- | --- | --- |"]
+    body = []
+    for name, data in loaded:
+        spec = entry(name)
+        rows.append("| `%s` | %s | %s | %s | %s |" % (
+            name, spec["title"], goal_text(data.get("goal")).replace("|", "\\|"), verdict(data),
+            str(data.get("date", "not recorded"))[:10]))
+        body.extend([""] + section(name, data))
+    return INTRO + "\n" + "\n".join(rows) + "\n" + "\n".join(body) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail with a diff when the page is out of date")
+    parser.add_argument("--results", default=str(ROOT / RESULTS), help="result directory (default: %(default)s)")
+    parser.add_argument("--output", default=str(ROOT / PAGE), help="page to write or check (default: %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        wanted = render(args.results)
+    except ResultError as err:
+        print("bench_docs: %s" % err, file=sys.stderr)
+        return 2
+    output = pathlib.Path(args.output)
+    current = output.read_text(encoding="utf-8") if output.exists() else ""
+    if args.check:
+        if current == wanted:
+            return 0
+        diff = difflib.unified_diff(current.splitlines(True), wanted.splitlines(True),
+                                    "%s (committed)" % args.output, "%s (from the results)" % args.output)
+        sys.stderr.writelines(diff)
+        print("bench_docs: %s differs from %s. Fix: %s" % (args.output, args.results, FIX), file=sys.stderr)
+        return 1
+    if current != wanted:
+        output.write_text(wanted, encoding="utf-8")
+        print("wrote %s" % args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
