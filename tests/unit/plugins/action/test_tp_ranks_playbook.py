@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[4]
-FIXTURES = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "vllm"
+FIXTURES = ROOT / "tests" / "unit" / "plugins" / "plugin_utils" / "fixtures" / "vllm"
 SERVED = "deepseek-v4-flash-0731"
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to dspark.cluster
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The seams of the tp_ranks units in plugins/plugin_utils/_tp_*.py (their behaviour is in test_tp_probe.py,
-test_tp_connections.py and module_utils/test_vllm_log.py / test_real_output.py)."""
+"""The seams of the tp_ranks units in plugins/plugin_utils/_tp_*.py (their behaviour is in test_tp_<unit>.py
+beside this file, and the real recordings in test_tp_real_output.py)."""
 
 from __future__ import annotations
 

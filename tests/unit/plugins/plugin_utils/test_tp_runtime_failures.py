@@ -280,7 +280,7 @@ def test_data_parallel_detail_is_kept_whole():
 
 
 def test_earlier_specific_launch_option_signatures_still_win():
-    """nnodes_not_divisor / node_rank_out_of_range (rendered in test_real_output) come before the generic one."""
+    """nnodes_not_divisor / node_rank_out_of_range (rendered in test_tp_real_output) come before the generic one."""
     line = ('(APIServer pid=1) ValueError: Invalid data-parallel launch options: `--node-rank` must be between 0 and '
             "1; got `--node-rank 2`. Set it to this node's zero-based index.")
     assert [d['signature'] for d in tp_signatures.find_failures(line + '\n')] == ['node_rank_out_of_range']

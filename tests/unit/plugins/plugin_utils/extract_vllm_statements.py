@@ -4,7 +4,7 @@
 """Extract the exact vLLM log statements tp_ranks parses from a released wheel (fixtures/vllm_statements/).
 
     pip download --no-deps vllm==0.33.0 -d /tmp/w && unzip -q /tmp/w/vllm-0.33.0-*.whl 'vllm/*.py' -d /tmp/w/src
-    python3 tests/unit/plugins/module_utils/extract_vllm_statements.py /tmp/w/src 0.33.0 /tmp/w/vllm-0.33.0-*.whl
+    python3 tests/unit/plugins/plugin_utils/extract_vllm_statements.py /tmp/w/src 0.33.0 /tmp/w/vllm-0.33.0-*.whl
 
 Every statement is found by a marker in a given file and stored as the call's format string (logger.* %-style,
 or the f-string of a raise, with each {expression} kept as written), its logging call (level), its line and the
@@ -101,7 +101,7 @@ def main():
     with open(wheel, 'rb') as handle:
         for block in iter(lambda: handle.read(1 << 20), b''):
             digest.update(block)
-    out = {'origin': 'extracted by tests/unit/plugins/module_utils/extract_vllm_statements.py from %s (sha256 %s)'
+    out = {'origin': 'extracted by tests/unit/plugins/plugin_utils/extract_vllm_statements.py from %s (sha256 %s)'
                      % (os.path.basename(wheel), digest.hexdigest()),
            'vllm': version, 'info_once_default_scope': default_scope(src), 'statements': {}}
     for name, spec in sorted(STATEMENTS.items()):

@@ -6,10 +6,10 @@
 Runs on a machine with two GPUs, torch and NCCL (no vLLM needed); every scenario starts its ranks as separate
 processes, like vLLM's workers, and keeps each process's stdout+stderr as printed:
 
-    OUT=/tmp/rec python3 tests/unit/plugins/module_utils/record_dist_fixtures.py
+    OUT=/tmp/rec python3 tests/unit/plugins/plugin_utils/record_dist_fixtures.py
 
 Writes $OUT/<scenario>.rank<R>.log and $OUT/manifest.json (torch/NCCL versions, host, every scenario's
-environment and command line). tests/unit/plugins/module_utils/fixtures/real/ holds the files of one such run, each
+environment and command line). tests/unit/plugins/plugin_utils/fixtures/real/ holds the files of one such run, each
 with a first line naming its origin. NVLink multicast stays off (NCCL_NVLS_ENABLE=0 and friends).
 """
 
