@@ -64,7 +64,7 @@ lab-fleet-down:
 # (lab/model), TP=2 across two node containers over Gloo on their fabric network. First time: the engine image (about
 # 2.7 GB) and the model are built (minutes; cached under .lab/ after). Then: make site-real.
 LAB_REAL := inventories/lab-real/hosts.yml
-lab-real: prereqs-lab venv
+lab-real: prereqs-lab venv $(SIM_TAR)
 	bash lab/real.sh up
 
 lab-real-down:
@@ -84,6 +84,7 @@ lint: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint -q --profile production
 	$(BIN)/python tests/ci/check_argument_specs.py
 	$(BIN)/python tests/ci/role_docs.py --check
+	$(BIN)/python tests/ci/bench_docs.py --check
 
 sanity: venv
 	VENV=$(CURDIR)/$(VENV) bash tests/ci/sanity.sh
@@ -123,7 +124,7 @@ converge-newest: prereqs-lab venv $(NEWEST_VENV)/.installed
 # The REAL-ENGINE pair (make lab-real): converged twice with the newest ansible-core (the converge and idempotence of
 # issue #15 point 1; the second run changed=0), then tests/real (real vLLM: the proof, chat through the OpenAI client,
 # the leak sweep, a killed worker brought back by dspark-fleet watch, stop); the pair is taken down afterwards.
-realtest: prereqs-lab venv $(NEWEST_VENV)/.installed
+realtest: prereqs-lab venv $(SIM_TAR) $(NEWEST_VENV)/.installed
 	bash lab/real.sh up
 	$(BIN)/python tests/ci/converge_twice.py $(NEWEST_VENV)/bin/ansible-playbook $(LAB_REAL) site.yml && \
 	  DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q -s tests/real; rc=$$?; bash lab/real.sh down; exit $$rc

@@ -55,7 +55,7 @@ DEFAULT_TIMEOUT_S = 1800.0 if BUILD == 'cpu' else 600.0
 
 # The vLLM statements the simulator prints, per statement set: (path under vllm/, line, level) of a logging call, or
 # (path, line, function, source) of a raise/assert (a traceback's last frame). Extracted from the wheels by
-# tests/unit/plugins/module_utils/fixtures/vllm_statements/extract_sim_statements.py; test_sim_vs_real.py checks
+# tests/unit/plugins/plugin_utils/fixtures/vllm_statements/extract_sim_statements.py; test_sim_vs_real.py checks
 # this table against them.
 STATEMENTS = {
     'api_server_start': {
