@@ -2,20 +2,17 @@
 # Copyright: contributors to dspark.cluster
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Thin shell: reads the role-prefixed variables of every node (each templated alone) and hands them to
-inventory_rules (the inventory contract) and _plan_vars (every role's variables against its argument spec)."""
+inventory_rules (the inventory contract), _plan_vars (every role's variables against its argument spec) and
+_role_rules (every role's own input rules)."""
 
 from __future__ import annotations
 
-import functools
-import os
-
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _plan_vars, inventory_rules
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _plan_vars, _role_rules, inventory_rules
 
 # The inventory contract, the management address and the fabric role's inputs (its rules run here too).
 NODE_VARS = tuple(dict.fromkeys(inventory_rules.CONTRACT_VARS + ("ansible_host",) + tuple(_fabric_plan.INPUT_VARS.values())))
-COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ARGUMENT_SPEC = {
     "play_hosts": {"type": "list", "elements": "str"},
@@ -26,13 +23,6 @@ ARGUMENT_SPEC = {
     "require_image_digest": {"type": "bool", "default": False},
     "require_pinned_revision": {"type": "bool", "default": False},
 }
-
-
-@functools.lru_cache(maxsize=4)
-def role_specs(root=COLLECTION_ROOT):
-    """The argument specs of every role and the names the collection sets itself, read once per process."""
-    specs = _plan_vars.load_specs(os.path.join(root, "roles"))
-    return specs, frozenset(_plan_vars.known_names(specs, _plan_vars.internal_names(root)))
 
 
 def _first_line(error):
@@ -103,14 +93,17 @@ class ActionModule(ActionBase):
         )
         findings, summary = inventory_rules.validate(nodes, groups, play_hosts, settings)
 
-        specs, known = role_specs()
+        specs, known = _plan_vars.collection_specs()
         problems = []
         for host in sorted(wanted):
             problems.extend(_plan_vars.check_host(host, cache[host][0], specs, known))
         for name, group in sorted(summary.items()):
-            problems.extend(_plan_vars.check_group_ranks(name, group["members"], lambda h: cache[h][0], group["world_size"]))
-            problems.extend(_plan_vars.check_api_auth(name, group["members"], lambda h: cache[h][0], specs))
-            problems.extend(_plan_vars.check_nfs_clients(name, group["members"], lambda h: cache[h][0]))
+            # Every role's own input rules (plugin_utils._role_rules), the ones each role runs at its start; a variable
+            # whose type is wrong is reported once, as such.
+            typed = {(problem[0], problem[1]) for problem in problems}
+            problems.extend(problem for problem in _role_rules.check_group(name, group["members"], lambda h: cache[h][0], specs,
+                                                                           preflight=True)
+                            if (problem[0], problem[1]) not in typed)
         # A variable that failed to template is reported once, as such, not again as "not set" by the inventory rules.
         failed = [(host, var) for host in sorted(wanted) for var, value in cache[host][0].items()
                   if isinstance(value, _plan_vars.TemplateFailure)]

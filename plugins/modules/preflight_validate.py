@@ -15,13 +15,18 @@ description:
     and checks group shape (one head with C(dspark_rank=0), contiguous ranks, at least one worker, no host in
     two groups, the whole group in the play), fabric addressing (the fabric role's own input rules, for
     interface, HCA, MTU, CIDR, addresses and the second link),
-    MTU range, tensor-parallel size = nodes x GPUs per node, ports, image reference, model id and revision,
-    and checkpoint mode.
+    MTU range, tensor-parallel size = nodes x GPUs per node, ports, image reference and model id.
   - Also checks every role variable set for those hosts (inventory, group_vars, host_vars, extra vars) against
     the roles' C(meta/argument_specs.yml), strictly (a string is not a list, a dict or an int; choices; absolute
     C(*_dir) and C(*_path)); fails on a name with a role prefix that no role knows ("did you mean"); reports a
     value that cannot be templated per variable; checks that the fabric address is not the management address,
-    the HCA list syntax, and that the checkpoint and NFS source ranks are ranks of the group.
+    the HCA list syntax.
+  - Runs every role's own input rules (C(plugins/plugin_utils/_role_rules.py), which the roles run at their start
+    through P(dspark.cluster.role_inputs#module)) for every member: the checkpoint's revision (a pinned commit),
+    mode, source rank, paths, SCP, NFS and download settings and URLs; the export's node, clients, path, options
+    and files; the serve role's ranges, keys and closed-by-default API. Numbers out of range, secrets with control
+    characters and relative paths each have their own message; C(dspark_group) set for the parent group
+    C(dspark) is named as such, once.
   - Every problem names the host or group, the variable, the bad value and the fix. All problems are reported
     at once.
   - Runs on the controller and never connects to a node.
@@ -53,7 +58,9 @@ options:
     type: bool
     default: false
   require_pinned_revision:
-    description: Fail, instead of warn, when C(dspark_model_revision) is not a 40-character commit id.
+    description:
+      - Kept for existing inventories, without effect. A C(dspark_model_revision) that is not a 40-character commit id
+        always fails, since the checkpoint role names the snapshot directory after it.
     type: bool
     default: false
 attributes:

@@ -22,11 +22,24 @@ def fabric_network(cidr):
     return _fabric_plan.loose_net("" if cidr is None else str(cidr).strip())
 
 
-def client_problem(client, network):
-    """Why one nfs_export_clients entry may not mount the export (None when it is inside ``network``)."""
-    text = str(client).strip()
+def syntax_problem(client):
+    """Why one nfs_export_clients entry cannot be written into exports(5) as one client (None when it can)."""
+    raw = str(client)
+    text = raw.strip()
     if not text:
         return "holds an empty entry"
+    if text != raw or any(c.isspace() or ord(c) < 32 or ord(c) == 127 or c in '(),"#\\' for c in text):
+        return ("holds %r, not one address or network: white space, a line break or exports(5) syntax would add clients or "
+                "options" % raw)
+    return None
+
+
+def client_problem(client, network):
+    """Why one nfs_export_clients entry may not mount the export (None when it is inside ``network``)."""
+    found = syntax_problem(client)
+    if found:
+        return found
+    text = str(client).strip()
     if any(c in text for c in WILDCARDS):
         return "holds %r, a wildcard or netgroup that exports(5) matches against host names" % text
     if text in ("0.0.0.0/0", "::/0"):
@@ -53,11 +66,13 @@ def client_findings(where, clients, cidr, peer_addresses=()):
     the fabric rules say so, once.
     """
     network = fabric_network(cidr)
-    if network is None:
-        return []
     if clients is None:
         return []
     entries = [clients] if isinstance(clients, (str, bytes)) else list(clients)
+    if network is None:  # the fabric rules say why; what would break the exports file is said here
+        return [(where, "nfs_export_clients", clients if isinstance(clients, str) else list(entries), problem,
+                 "list only the fabric addresses of the group's other members, one per entry")
+                for problem in filter(None, (syntax_problem(entry) for entry in entries))]
     fix = ("list only the fabric addresses of the group's other members (the default%s) or networks inside %s"
            % (": " + ", ".join(peer_addresses) if peer_addresses else "", network))
     if not entries:

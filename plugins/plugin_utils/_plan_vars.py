@@ -14,13 +14,12 @@ Plain Python, no Ansible imports: the action plugin dspark.cluster.preflight_val
 from __future__ import annotations
 
 import difflib
-import ipaddress
+import functools
 import os
-import re
 
 import yaml
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _nfs_plan, inventory_rules
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs, _role_rules, inventory_rules
 
 # The roles with an argument spec, and the prefixes whose unknown names are typos.
 SPEC_ROLES = ("checkpoint", "docker_runtime", "fabric", "nfs_export", "preflight", "router", "serve")
@@ -29,41 +28,15 @@ PREFIXES = tuple(role + "_" for role in SPEC_ROLES) + ("dspark_",)
 # Names the lab inventories set for their own use (the key and state directory of lab/lab.sh).
 LAB_NAMES = ("dspark_lab_state",)
 
-BOOL_STRINGS = frozenset(("y", "yes", "on", "1", "true", "t", "n", "no", "off", "0", "false", "f"))
-_INT_RE = re.compile(r"^\s*[-+]?[0-9]+\s*$")
-_FLOAT_RE = re.compile(r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$")
+BOOL_STRINGS = _inputs.BOOL_STRINGS
+_INT_RE = _inputs.INT_RE
+_FLOAT_RE = _inputs.FLOAT_RE
 
-
-# Names whose values are secrets even without no_log in a spec (a misspelt key, a token): never shown in a message.
-_SECRET_NAME_RE = re.compile(r"api_?keys?|token|passw|secret|proxy", re.IGNORECASE)
-
-
-class Hidden:
-    """Stands for a secret's value in a message (issue #13): the problem is named, the value is not."""
-
-    def __repr__(self):
-        return "<not shown: secret>"
-
-    __str__ = __repr__
-
-
-HIDDEN = Hidden()
-
-
-def is_secret(name, spec=None):
-    """no_log in the option's spec, or a name that says key, token, password, secret or proxy."""
-    return bool((spec or {}).get("no_log")) or bool(_SECRET_NAME_RE.search(name))
-
-
-class TemplateFailure:
-    """A variable whose value could not be templated: its raw text and the error."""
-
-    def __init__(self, raw, error):
-        self.raw = raw
-        self.error = error
-
-    def __repr__(self):
-        return "TemplateFailure(%r, %r)" % (self.raw, self.error)
+# One definition of a secret's stand-in, of a failed template and of a secret name (plugin_utils._role_rules).
+Hidden = _role_rules.Hidden
+HIDDEN = _role_rules.HIDDEN
+TemplateFailure = _role_rules.TemplateFailure
+is_secret = _role_rules.is_secret
 
 
 def _load(path):
@@ -124,6 +97,16 @@ def internal_names(root):
             if entry.endswith((".yml", ".yaml")):
                 _task_names(_load(os.path.join(folder, entry)), names)
     return {n for n in names if n.startswith(PREFIXES)}
+
+
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@functools.lru_cache(maxsize=4)
+def collection_specs(root=COLLECTION_ROOT):
+    """The argument specs of every role and the names the collection sets itself, read once per process."""
+    specs = load_specs(os.path.join(root, "roles"))
+    return specs, frozenset(known_names(specs, internal_names(root)))
 
 
 def known_names(specs, internal=()):
@@ -278,112 +261,6 @@ def check_host(host, values, specs, known):
         if found:
             problems.append((host, name, HIDDEN if secret else value) + found)
     return problems
-
-
-def check_group_ranks(name, members, values_of, world_size):
-    """The rank variables of the checkpoint and nfs_export roles must name a member of the group."""
-    problems = []
-    last = world_size - 1
-    for host in members:
-        values = values_of(host)
-        for var in ("checkpoint_source_rank", "nfs_export_rank"):
-            value = values.get(var)
-            if value is None or isinstance(value, TemplateFailure):
-                continue
-            rank = inventory_rules._as_int(value)
-            if rank is None:
-                continue  # the type check reports it
-            if not 0 <= rank <= last:
-                problems.append((host, var, value, "is not a rank of group %s (ranks 0..%d)" % (name, last),
-                                 "set the rank of the node that holds the checkpoint, 0..%d" % last))
-    return problems
-
-
-_TRUE_STRINGS = frozenset(("y", "yes", "on", "1", "true", "t"))
-_LOOPBACK_NAMES = frozenset(("localhost", "localhost.localdomain", "ip6-localhost"))
-
-
-def is_loopback(host):
-    """True when an API bind address (serve_host) listens on loopback only: 127.0.0.0/8, ::1, localhost."""
-    text = str(host).strip().strip("[]").lower()
-    if text in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(text).is_loopback
-    except ValueError:
-        return False
-
-
-def _is_true(value):
-    if isinstance(value, bool):
-        return value
-    return isinstance(value, (str, int)) and str(value).strip().lower() in _TRUE_STRINGS
-
-
-def check_api_auth(name, members, values_of, specs):
-    """Closed by default (issue #13): the head's API beyond loopback needs a key, or serve_allow_unauthenticated.
-
-    The head (members[0], rank order) decides; the problem is returned for every member so that place() reports a
-    group-wide setting once, for the group. Role defaults are not in hostvars: an unset name reads its spec default.
-    A key's value is never part of a message.
-    """
-    if not members:
-        return []
-    values = values_of(members[0])
-
-    def read(var):
-        value = values.get(var)
-        if value is None:
-            return (specs.get(var) or {}).get("default")
-        return value
-
-    names = ("serve_host", "serve_api_key", "serve_api_keys", "serve_allow_unauthenticated")
-    if any(isinstance(values.get(var), TemplateFailure) for var in names):
-        return []  # reported as a template failure
-    host = read("serve_host")
-    if host is None or is_loopback(host) or _is_true(read("serve_allow_unauthenticated")):
-        return []
-    if read("serve_api_key") or read("serve_api_keys"):
-        return []
-    problem = ("makes the API of group %s listen beyond loopback (head %s) while serve_api_key and serve_api_keys are empty: "
-               "anyone who reaches the port can use the model" % (name, members[0]))
-    fix = ("set serve_api_key (or serve_api_keys), or bind the API to 127.0.0.1 (serve_host), or accept an open API "
-           "with serve_allow_unauthenticated: true")
-    return [(member, "serve_host", host, problem, fix) for member in members]
-
-
-def check_nfs_clients(name, members, values_of):
-    """NFS mode: the clients an operator set (nfs_export_clients) stay inside the group's fabric network (issue #13).
-
-    The rule is the nfs_export role's own (``_nfs_plan.client_findings``), asked on the exporting node's values. The
-    default (the peers' fabric addresses) is left to the fabric rules, which check every member's address.
-    """
-    if not members:
-        return []
-    head = values_of(members[0])
-    if str(head.get("dspark_checkpoint_mode") or "") != "nfs":
-        return []
-    values = {host: values_of(host) for host in members}
-    rank = None
-    for var in ("nfs_export_rank", "checkpoint_source_rank"):
-        for host in members:
-            value = values[host].get(var)
-            if value is not None and not isinstance(value, TemplateFailure):
-                rank = inventory_rules._as_int(value)
-                break
-        if rank is not None or any(values[h].get(var) is not None for h in members):
-            break
-    rank = 1 if rank is None else rank
-    server = next((h for h in members if inventory_rules._as_int(values[h].get("dspark_rank")) == rank), None)
-    if server is None:
-        return []  # check_group_ranks reports a rank outside the group
-    clients = values[server].get("nfs_export_clients")
-    cidr = values[server].get("dspark_fabric_cidr")
-    if clients is None or isinstance(clients, TemplateFailure) or isinstance(cidr, TemplateFailure):
-        return []
-    peers = [str(values[h].get("dspark_fabric_address")) for h in members
-             if h != server and values[h].get("dspark_fabric_address") and not isinstance(values[h].get("dspark_fabric_address"), TemplateFailure)]
-    return _nfs_plan.client_findings(server, clients, cidr, peers)
 
 
 def without_lines_about(lines, pairs):

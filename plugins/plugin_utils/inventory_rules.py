@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _findings, _group_model
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _findings, _group_model, _inputs, _role_rules
 
-CHECKPOINT_MODES = ("nfs", "scp")
+CHECKPOINT_MODES = _role_rules.CHECKPOINT_MODES
 
 # Values every member of a serving group must agree on: they describe the group, not the node.
 GROUP_WIDE_VARS = (
@@ -45,9 +45,6 @@ _IMAGE_RE = re.compile(
     r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
 )
 _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-# git check-ref-format, simplified: no spaces, control chars, '..', '~^:?*[\\', no leading '-' or '/'.
-_REF_RE = re.compile(r"^(?!-)(?!/)(?!.*\.\.)(?!.*//)[^\s~^:?*\[\\\x00-\x1f\x7f]+(?<!/)(?<!\.lock)(?<!\.)$")
 
 
 @dataclass
@@ -78,14 +75,8 @@ _message = message = _findings.message
 
 
 def _as_int(value):
-    """Integers only: a bool or '9000.5' is a typo, not a number."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
-        return int(value)
-    return None
+    """The collection's one integer reading (plugin_utils._inputs.as_int)."""
+    return _inputs.as_int(value)
 
 
 def check_image(ref, settings, findings, where):
@@ -104,24 +95,11 @@ def check_image(ref, settings, findings, where):
                "append @sha256:<digest> (docker buildx imagetools inspect <ref> prints it)")
 
 
-def check_model(model, revision, settings, findings, where):
+def check_model(model, findings, where):
+    """The Hugging Face id (its revision is the checkpoint role's rule, plugin_utils._role_rules revision_problem)."""
     if not isinstance(model, str) or not _MODEL_RE.match(model):
         findings.error(where, "dspark_model", model, "is not a Hugging Face model id",
                        "write it as organisation/name, e.g. deepseek-ai/DeepSeek-V4-Flash-0731")
-    var = "dspark_model_revision"
-    if not isinstance(revision, str) or not revision.strip():
-        findings.error(where, var, revision, "is empty, which would serve whatever the tip of main is today",
-                       "pin the 40-character commit id of the checkpoint")
-        return
-    if _COMMIT_RE.match(revision):
-        return
-    if not _REF_RE.match(revision):
-        findings.error(where, var, revision, "is not a valid git revision",
-                       "use a 40-character lower-case commit id (or a branch/tag name without spaces or ~^:?*[)")
-        return
-    report = findings.error if settings.require_pinned_revision else findings.warn
-    report(where, var, revision, "is a branch or tag, not a pinned commit, so the checkpoint can change under you",
-           "use the 40-character commit id")
 
 
 def check_port(var, value, settings, findings, where):
@@ -141,12 +119,8 @@ def check_group_values(name, values, settings, findings):
     if api is not None and api == master:
         findings.error(where, "dspark_master_port", master, "equals dspark_api_port; both listen on the head",
                        "give the rendezvous (master) port and the API port different values, e.g. 25000 and 8888")
-    mode = values.get("dspark_checkpoint_mode")
-    if mode not in CHECKPOINT_MODES:
-        findings.error(where, "dspark_checkpoint_mode", mode, "is not a known checkpoint mode",
-                       "choose one of: %s" % ", ".join(CHECKPOINT_MODES))
     check_image(values.get("dspark_image"), settings, findings, where)
-    check_model(values.get("dspark_model"), values.get("dspark_model_revision"), settings, findings, where)
+    check_model(values.get("dspark_model"), findings, where)
 
 
 def check_tensor_parallel(name, values, size, findings):
@@ -208,7 +182,7 @@ def check_ranks(name, members, findings):
     ranks = {}
     for node in members:
         rank = _as_int(node.get("dspark_rank"))
-        if rank is None:
+        if rank is None or rank < 0:
             findings.error(node["host"], "dspark_rank", node.get("dspark_rank"), "is not a non-negative integer",
                            "set 0 on the head and 1..N-1 on the workers")
             continue
@@ -248,6 +222,31 @@ def group_values(name, members, findings):
     return values
 
 
+PARENT = "dspark"
+
+
+def parent_group_problem(nodes, groups, findings):
+    """dspark_group set in the vars of the parent group dspark: one message naming that mistake (True), instead of
+    one about every rank and address of the group it makes of all the nodes."""
+    parent = [host for host in groups.get(PARENT) or [] if host in nodes]
+    names = {repr(nodes[host].get("dspark_group")) for host in parent}
+    if len(parent) < 2 or len(names) != 1:
+        return False
+    name = nodes[parent[0]].get("dspark_group")
+    if not isinstance(name, str):
+        return False
+    outside = [host for host in parent if host not in (groups.get(name) or [])]
+    if name != PARENT and not outside:
+        return False  # one serving group, named once for all of it: harmless
+    detail = "names the parent group itself" if name == PARENT else \
+        "is the same on every host of %s, also on %s outside group %s" % (PARENT, ", ".join(sorted(outside)), name)
+    findings.error("group %s" % PARENT, "dspark_group", name, "%s: it is set in the vars of the parent group %s "
+                   "(group_vars/%s/), so every node reads it" % (detail, PARENT, PARENT),
+                   "remove it there and set dspark_group in each serving group's own vars (group_vars/<group>.yml, or vars: "
+                   "of the group in hosts.yml) to that group's name")
+    return True
+
+
 def validate(nodes, groups, play_hosts, settings=None):
     """Validate every serving group that a host of the play belongs to.
 
@@ -258,6 +257,8 @@ def validate(nodes, groups, play_hosts, settings=None):
     """
     settings = settings or Settings()
     findings = Findings()
+    if parent_group_problem(nodes, groups, findings):
+        return findings, {}
     group_names = {}
     for host in play_hosts:
         name = nodes.get(host, {}).get("dspark_group")

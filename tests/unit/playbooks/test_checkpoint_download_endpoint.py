@@ -1,7 +1,7 @@
 """The checkpoint role's download from another Hugging Face endpoint (issue #24 item 2): checkpoint_download_endpoint,
 checkpoint_download_pip_index and checkpoint_download_probe_url.
 
-- The URL rule of vars/main.yml (`_checkpoint_url_re`, a Jinja `match`, i.e. Python's re.match), without Ansible.
+- The URL rule (plugin_utils._role_rules URL_RE, run by preflight and by the role), without Ansible.
 - validate.yml with the venv's ansible-playbook on local "nodes" (one pair per case, connection local): each refused
   value stops its group with one message naming the host, the variable, the value (credentials shown as ***) and the
   fix; accepted values give the download its HF_ENDPOINT, pip arguments and probe URL.
@@ -20,11 +20,13 @@ import sys
 import pytest
 import yaml
 
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _role_rules
+
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "checkpoint"
 VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-URL = re.compile(VARS["_checkpoint_url_re"].strip())
+URL = _role_rules.URL_RE
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 REV = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
 
@@ -78,25 +80,25 @@ PLAYBOOK = """
 # case -> (group variables, expected message parts or None when it passes)
 CASES = {
     "endpoint_credentials": ({"checkpoint_download_endpoint": "https://lab:s3cretPW@hf.example.org/"},
-                             ['checkpoint_download_endpoint="https://***@hf.example.org/"', "carries credentials",
+                             ["checkpoint_download_endpoint='https://***@hf.example.org/'", "carries credentials",
                               "Fix: remove them", "checkpoint_hf_token"]),
     "endpoint_space": ({"checkpoint_download_endpoint": "http://10.231.0.1:5990 /x"},
-                       ['checkpoint_download_endpoint="http://10.231.0.1:5990 /x"', "whitespace or a control character",
+                       ["checkpoint_download_endpoint='http://10.231.0.1:5990 /x'", "whitespace or a control character",
                         'Fix: set the Hub\'s address', 'or "" for the public Hub']),
     "endpoint_control": ({"checkpoint_download_endpoint": "http://10.231.0.1:5990/\x1b[0m"},
-                         ['checkpoint_download_endpoint="http://10.231.0.1:5990/\\u001b[0m"', "control character"]),
+                         ["checkpoint_download_endpoint='http://10.231.0.1:5990/\\x1b[0m'", "control character"]),
     "endpoint_scheme": ({"checkpoint_download_endpoint": "ftp://mirror.example.org"},
-                        ['checkpoint_download_endpoint="ftp://mirror.example.org"', "is not an http:// or https:// URL"]),
+                        ["checkpoint_download_endpoint='ftp://mirror.example.org'", "is not an http:// or https:// URL"]),
     "endpoint_query": ({"checkpoint_download_endpoint": "https://hf.example.org/?x=1"},
-                       ['checkpoint_download_endpoint="https://hf.example.org/?x=1"', "no query"]),
+                       ["checkpoint_download_endpoint='https://hf.example.org/?x=1'", "no query"]),
     "index_credentials": ({"checkpoint_download_pip_index": "http://me:pw@10.0.0.1/simple/"},
-                          ['checkpoint_download_pip_index="http://***@10.0.0.1/simple/"', "carries credentials",
+                          ["checkpoint_download_pip_index='http://***@10.0.0.1/simple/'", "carries credentials",
                            "Fix: remove them", "~/.netrc"]),
     "index_scheme": ({"checkpoint_download_pip_index": "pypi.example.org/simple"},
-                     ['checkpoint_download_pip_index="pypi.example.org/simple"', "https://pypi.example.org/simple/",
+                     ["checkpoint_download_pip_index='pypi.example.org/simple'", "https://pypi.example.org/simple/",
                       "pip's own configuration"]),
     "probe_scheme": ({"checkpoint_download_probe_url": "huggingface.co"},
-                     ['checkpoint_download_probe_url="huggingface.co"', "or \"\" to probe the endpoint"]),
+                     ["checkpoint_download_probe_url='huggingface.co'", "or \"\" to probe the endpoint"]),
     "lab": ({"checkpoint_download_endpoint": "http://10.231.0.1:5990/", "checkpoint_download_pip_index": "http://10.231.0.1:5990/simple/"},
             None),
     "https_index": ({"checkpoint_download_pip_index": "https://pypi.example.org/simple/"}, None),
@@ -139,7 +141,7 @@ def test_a_refused_url_stops_its_group_naming_variable_value_and_fix(validated, 
     for host in ("%s-0" % case, "%s-1" % case):
         message = failed.get(host)
         assert message, (host, sorted(failed))
-        assert message.startswith("%s: " % host), message
+        assert message.startswith("%s: " % host), message  # one line per problem follows
         for part in CASES[case][1]:
             assert part in message, (part, message)
         assert "Fix: " in message

@@ -1,18 +1,16 @@
-"""The checkpoint role's refused rsync options (vars/main.yml `_checkpoint_forbidden_options`, a Jinja `match`,
-i.e. Python's re.match) and the user name rule of validate.yml, checked without running Ansible."""
+"""The checkpoint role's refused rsync options (plugin_utils._role_rules RSYNC_FORBIDDEN_RE, the rule preflight and
+the role run) and the role's rsync settings, checked without running Ansible."""
 
 import pathlib
-import re
 
 import pytest
 import yaml
 
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _role_rules
+
 ROLE = pathlib.Path(__file__).resolve().parents[3] / "roles" / "checkpoint"
 VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
-# "^--({{ _checkpoint_forbidden_long | join('|') }})|^-[^-]*[...]", matched with Jinja's `match` (re.match)
-LONG = "|".join(VARS["_checkpoint_forbidden_long"])
-FORBIDDEN = re.compile(VARS["_checkpoint_forbidden_re"].replace("{{ _checkpoint_forbidden_long | join('|') }}", LONG))
-assert "select('match', _checkpoint_forbidden_re)" in VARS["_checkpoint_forbidden_options"]
+FORBIDDEN = _role_rules.RSYNC_FORBIDDEN_RE
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 
 

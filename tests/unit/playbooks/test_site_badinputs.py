@@ -115,6 +115,20 @@ CASES = [
         ("a-worker", "nfs_export_clients", "['0.0.0.0/0', 'a-head', '10.77.0.0/16'] holds 'a-head', a host name"),
         ("a-worker", "nfs_export_clients", "['0.0.0.0/0', 'a-head', '10.77.0.0/16'] holds '10.77.0.0/16', wider than"),
     ]),
+    # Input classes (issue #25): a range, a secret with a line break (never shown), a relative path, a count, a branch.
+    ("input classes", BASE + ("input_classes.yml",), (), None, [
+        ("group pair_a", "serve_gpu_memory_utilization", "1.5 is outside its range (0 < x <= 1)"),
+        ("group pair_a", "checkpoint_hf_token", "<not shown: secret> contains a control character"),
+        ("group pair_a", "dspark_hf_cache", "'var/lib/dspark/hf' is not an absolute path"),
+        ("group pair_a", "checkpoint_scp_streams", "0 is outside its range (1 to 10)"),
+        ("group pair_a", "dspark_model_revision", "'main' is a branch, tag or short id, not a 40-hex commit"),
+    ]),
+    ("revision given as a branch with -e", BASE, ("-e", "dspark_model_revision=v1.0"), None, [
+        ("extra vars (-e)", "dspark_model_revision", "'v1.0' is a branch, tag or short id"),
+    ]),
+    ("dspark_group set for the parent group", ("parent_group_var.yml",), (), None, [
+        ("group dspark", "dspark_group", "'pair_a' is the same on every host of dspark, also on b-head, b-worker outside group pair_a"),
+    ]),
     ("unparseable inventory without ansible.cfg's setting", ("unparseable.yml",), (),
      {"ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "false", "ANSIBLE_INVENTORY_UNPARSED_FAILED": "false"},
      [("inventory", "hosts", "[] has no host: it did not parse")]),
@@ -129,6 +143,7 @@ CASES = [
 def test_site_stops_in_preflight_with_one_line_per_problem(inventories, args, env, expected):
     run, report = run_site(inventories, args, env)
     assert_stopped_in_preflight(run, report)
+    assert "hf_badinputs_sentinel" not in run.stdout + run.stderr  # a secret's value is never shown
     lines = problem_lines(report)
     assert len(lines) == len(expected), "expected %d problem lines, got:\n%s\n%s" % (len(expected), "\n".join(lines), run.stderr)
     for where, var, value in expected:

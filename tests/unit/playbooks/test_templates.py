@@ -188,9 +188,9 @@ def test_unsafe_exports_and_proxy_values_are_refused(tmp_path):
     output = run.stdout + run.stderr
     assert run.returncode != 0
     assert not list(out.glob("*.exports")) and not list(out.glob("http-proxy*"))
-    assert 'dspark_hf_cache="/var/lib/hf(rw)" cannot be' in output and "exported safely" in output
-    assert 'nfs_export_clients contains ["10.77.77.1\\n"]' in output
-    assert 'nfs_export_options contains ["sec=sys,rw"]' in output
+    assert "dspark_hf_cache='/var/lib/hf(rw)' cannot be exported safely" in output
+    assert "nfs_export_clients=['10.77.77.1\\n'] holds '10.77.77.1\\n', not one address or network" in output
+    assert "nfs_export_options=['ro', 'root_squash', 'sec=sys,rw'] contains sec=sys,rw" in output
     assert "docker_runtime_proxy.http_proxy, docker_runtime_proxy.https_proxy" in output
     assert "it's-secret" not in output
 

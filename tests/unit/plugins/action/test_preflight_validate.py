@@ -16,6 +16,7 @@ BASE = {
     "dspark_image": "ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:" + "b" * 64,
     "dspark_model": "deepseek-ai/DeepSeek-V4-Flash-0731",
     "dspark_model_revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb", "dspark_checkpoint_mode": "scp",
+    "dspark_hf_cache": "/var/lib/dspark/hf",
     "serve_api_key": "unit-test-key-4711",  # closed by default: an API on 0.0.0.0 needs a key
 }
 

@@ -76,26 +76,3 @@ def node(rank, address, **extra):
     values = {"dspark_rank": rank, "dspark_fabric_address": address, "dspark_fabric_cidr": CIDR, "dspark_checkpoint_mode": "nfs"}
     values.update(extra)
     return values
-
-
-@pytest.mark.parametrize("nodes, expected", [
-    # The default clients (unset): the fabric rules check the addresses.
-    ({"h0": node(0, "192.168.100.1"), "w1": node(1, "192.168.100.2")}, []),
-    ({"h0": node(0, "192.168.100.1"), "w1": node(1, "192.168.100.2", nfs_export_clients=["0.0.0.0/0"])}, ["w1"]),
-    # SCP mode: nfs_export does not run.
-    ({"h0": node(0, "192.168.100.1", dspark_checkpoint_mode="scp"),
-      "w1": node(1, "192.168.100.2", dspark_checkpoint_mode="scp", nfs_export_clients=["*"])}, []),
-    # The exporting node follows nfs_export_rank, then checkpoint_source_rank.
-    ({"h0": node(0, "192.168.100.1", nfs_export_clients=["spark-worker"], checkpoint_source_rank=0),
-      "w1": node(1, "192.168.100.2", nfs_export_clients=["spark-worker"], checkpoint_source_rank=0)}, ["h0"]),
-    ({"h0": node(0, "192.168.100.1", nfs_export_rank=1, checkpoint_source_rank=0),
-      "w1": node(1, "192.168.100.2", nfs_export_clients=["10.0.0.0/8"], nfs_export_rank=1, checkpoint_source_rank=0)}, ["w1"]),
-    # A rank outside the group: check_group_ranks says so.
-    ({"h0": node(0, "192.168.100.1", nfs_export_rank=5), "w1": node(1, "192.168.100.2", nfs_export_rank=5)}, []),
-    # A template failure is reported as such.
-    ({"h0": node(0, "192.168.100.1"), "w1": node(1, "192.168.100.2", nfs_export_clients=plan.TemplateFailure("{{ x }}", "x"))}, []),
-])
-def test_preflight_runs_the_role_rule(nodes, expected):
-    found = plan.check_nfs_clients("pair", list(nodes), lambda host: nodes[host])
-    assert [f[0] for f in found] == expected
-    assert all(f[1] == "nfs_export_clients" for f in found)

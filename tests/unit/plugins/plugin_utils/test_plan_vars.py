@@ -162,21 +162,6 @@ def test_secret_values_are_never_in_a_message():
     assert not plan.is_secret("serve_max_num_seqs", SPECS["serve_max_num_seqs"])
 
 
-@pytest.mark.parametrize("values, expected", [
-    ({"checkpoint_source_rank": 2}, ["checkpoint_source_rank"]),
-    ({"checkpoint_source_rank": -1}, ["checkpoint_source_rank"]),
-    ({"nfs_export_rank": "3"}, ["nfs_export_rank"]),
-    ({"checkpoint_source_rank": 1, "nfs_export_rank": 0}, []),
-    ({"checkpoint_source_rank": "one"}, []),  # the type check reports it
-    ({}, []),
-])
-def test_rank_variables_must_name_a_member(values, expected):
-    problems = plan.check_group_ranks("pair_a", ["h0"], lambda host: values, 2)
-    assert [p[1] for p in problems] == expected
-    for p in problems:
-        assert "ranks 0..1" in p[3]
-
-
 GROUPS = {"all": ["a0", "a1", "b0", "b1"], "dspark": ["a0", "a1", "b0", "b1"], "pair_a": ["a0", "a1"], "pair_b": ["b0", "b1"],
           "gpu": ["a0", "a1"]}
 
@@ -218,54 +203,3 @@ def test_internal_names_read_registers_set_facts_and_role_vars(tmp_path):
 ])
 def test_lines_about_a_variable_that_failed_to_template_are_dropped(line, dropped):
     assert plan.without_lines_about([line], [("a0", "dspark_fabric_address")]) == ([] if dropped else [line])
-
-
-AUTH_SPECS = {"serve_host": {"default": "0.0.0.0"}, "serve_api_key": {"default": "", "no_log": True},
-              "serve_api_keys": {"default": [], "no_log": True}, "serve_allow_unauthenticated": {"default": False}}
-
-
-@pytest.mark.parametrize("values, refused", [
-    ({}, True),                                                     # the defaults: 0.0.0.0 and no key
-    ({"serve_host": "10.0.0.5"}, True),
-    ({"serve_host": "::"}, True),
-    ({"serve_allow_unauthenticated": "false"}, True),               # -e k=false is a string
-    ({"serve_api_key": ""}, True),
-    ({"serve_api_keys": []}, True),
-    ({"serve_api_key": "sk-secret-1"}, False),
-    ({"serve_api_keys": ["sk-secret-1", "sk-secret-2"]}, False),
-    ({"serve_allow_unauthenticated": True}, False),
-    ({"serve_allow_unauthenticated": "yes"}, False),
-    ({"serve_host": "127.0.0.1"}, False),
-    ({"serve_host": "127.0.1.1"}, False),
-    ({"serve_host": "::1"}, False),
-    ({"serve_host": "[::1]"}, False),
-    ({"serve_host": "localhost"}, False),
-    ({"serve_host": "LocalHost "}, False),
-    ({"serve_host": plan.TemplateFailure("{{ nope }}", "undefined")}, False),   # reported as a template failure
-    ({"serve_api_key": plan.TemplateFailure("{{ vault_key }}", "undefined")}, False),
-])
-def test_api_beyond_loopback_needs_a_key_or_an_explicit_opt_out(values, refused):
-    problems = plan.check_api_auth("pair_a", ["a0", "a1"], lambda host: values if host == "a0" else {}, AUTH_SPECS)
-    assert bool(problems) == refused
-    if refused:
-        assert [p[0] for p in problems] == ["a0", "a1"]
-        lines = plan.place(problems, GROUPS, serving={"pair_a"})
-        assert len(lines) == 1 and lines[0].startswith("group pair_a: serve_host=%r makes the API of group pair_a listen "
-                                                       "beyond loopback (head a0)" % values.get("serve_host", "0.0.0.0"))
-        assert "serve_allow_unauthenticated: true" in lines[0] and "serve_api_key" in lines[0]
-
-
-def test_api_rule_reads_the_head_only_and_never_shows_a_key():
-    # A worker's own serve_host does not matter: only rank 0 serves the API.
-    values = {"a0": {"serve_host": "127.0.0.1"}, "a1": {"serve_host": "0.0.0.0"}}
-    assert plan.check_api_auth("pair_a", ["a0", "a1"], values.get, AUTH_SPECS) == []
-    assert plan.check_api_auth("pair_a", [], values.get, AUTH_SPECS) == []
-    lines = plan.place(plan.check_api_auth("pair_a", ["a0", "a1"], lambda h: {"serve_api_keys": []}, AUTH_SPECS), GROUPS)
-    assert lines and "sk-" not in lines[0]
-
-
-def test_api_rule_with_the_real_serve_spec():
-    specs = plan.load_specs(os.path.join(ROOT, "roles"))
-    assert specs["serve_allow_unauthenticated"]["default"] is False
-    assert plan.check_api_auth("pair_a", ["a0"], lambda h: {}, specs)
-    assert not plan.check_api_auth("pair_a", ["a0"], lambda h: {"serve_allow_unauthenticated": True}, specs)

@@ -1,0 +1,695 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The roles' input rules, each written once (private; issue #25).
+
+Every rule a role checks of its inputs lives here, registered in ``RULES``. Preflight runs all of them for every
+member of every serving group of the run (plugins/action/preflight_validate.py) before any node changes; a role
+run on its own (``--tags``, or the role alone) runs its own ones through the action ``dspark.cluster.role_inputs``
+at its start. A rule reads one member's effective values (what the inventory, group_vars, host_vars or -e set,
+else the role's default) and those of its group, and returns ``(variable, value, problem, fix)`` tuples about
+that member; the callers add the host and word them as one line (``_findings.message``). A secret's value is
+never part of a result. Pure Python, no Ansible imports.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import namedtuple
+
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model, _inputs, _nfs_plan
+
+Rule = namedtuple("Rule", "name role variables check doc covered_by")
+RULES = []
+
+_SECRET_NAME_RE = re.compile(r"api_?keys?|token|passw|secret|proxy", re.IGNORECASE)
+
+
+class Hidden:
+    """Stands for a secret's value in a message (issue #13): the problem is named, the value is not."""
+
+    def __repr__(self):
+        return "<not shown: secret>"
+
+    __str__ = __repr__
+
+
+HIDDEN = Hidden()
+
+
+class TemplateFailure:
+    """A variable whose value could not be templated: its raw text and the error."""
+
+    def __init__(self, raw, error):
+        self.raw = raw
+        self.error = error
+
+    def __repr__(self):
+        return "TemplateFailure(%r, %r)" % (self.raw, self.error)
+
+
+def is_secret(name, spec=None):
+    """no_log in the option's spec, or a name that says key, token, password, secret or proxy."""
+    return bool((spec or {}).get("no_log")) or bool(_SECRET_NAME_RE.search(name))
+
+
+def rule(name, variables, covered_by=None):
+    """Register a rule of role ``name.split('.')[0]`` over ``variables`` (skipped when one failed to template).
+
+    covered_by: in preflight another rule (the inventory contract's or the fabric's) reports the same input already:
+    the rule then runs only in the role's own check, so that preflight says every mistake once.
+    """
+    def register(check):
+        RULES.append(Rule(name, name.split(".")[0], tuple(variables), check, (check.__doc__ or "").strip(), covered_by))
+        return check
+    return register
+
+
+# -- a member's effective values ---------------------------------------------------------------------------------
+
+class Member:
+    """One member of a serving group: its effective inputs and the group's other members."""
+
+    def __init__(self, host, group, values, specs):
+        self.host = host
+        self.group = group
+        self.values = values
+        self.specs = specs
+
+    def raw(self, var):
+        return self.values.get(var)
+
+    def __getitem__(self, var):
+        value = self.values.get(var)
+        if value is not None:
+            return value
+        if var in _DERIVED:
+            return _DERIVED[var](self)
+        return (self.specs.get(var) or {}).get("default")
+
+    def failed(self, var):
+        return isinstance(self.values.get(var), TemplateFailure)
+
+    def member(self, host):
+        return self.group.members[host]
+
+
+class Group:
+    """A serving group: its name, its hosts in rank order and each one's Member view."""
+
+    def __init__(self, name, hosts, values_of, specs, running=None):
+        self.name = name
+        self.running = running
+        self.members = {host: Member(host, self, values_of(host), specs) for host in hosts}
+        self.ordered = _group_model.members_by_rank(list(hosts), lambda h: self.members[h].raw("dspark_rank"))
+        self.rank_hosts = {}
+        for host in hosts:
+            rank = _inputs.as_int(self.members[host].raw("dspark_rank"))
+            if rank is not None:
+                self.rank_hosts.setdefault(rank, []).append(host)
+
+    def host_of_rank(self, value):
+        """The one member whose dspark_rank is ``value``, else None (none or several)."""
+        rank = _inputs.as_int(value)
+        hosts = self.rank_hosts.get(rank, []) if rank is not None else []
+        return hosts[0] if len(hosts) == 1 else None
+
+    def ranks_text(self):
+        ranks = sorted(self.rank_hosts)
+        if ranks and ranks == list(range(len(ranks))):
+            return "ranks 0..%d" % ranks[-1]
+        return "ranks %s" % ", ".join(str(r) for r in ranks)
+
+    def address(self, host):
+        value = self.members[host].raw("dspark_fabric_address")
+        return "" if value is None or isinstance(value, TemplateFailure) else str(value).strip()
+
+
+def _export_rank(member):
+    value = member["checkpoint_source_rank"]
+    return 1 if value is None else value
+
+
+def _export_clients(member):
+    server = member.group.host_of_rank(member["nfs_export_rank"])
+    return [member.group.address(h) for h in member.group.ordered if h != server and member.group.address(h)]
+
+
+# Role defaults that are templates (roles/*/defaults/main.yml): what they render to, in Python.
+_DERIVED = {
+    "nfs_export_rank": _export_rank,
+    "nfs_export_clients": _export_clients,
+    "serve_image": lambda member: member["dspark_image"],
+}
+
+
+# -- running them ------------------------------------------------------------------------------------------------
+
+def check_member(member, roles=None, preflight=False):
+    """[(host, variable, value, problem, fix)] of every rule of ``roles`` (all when None) on one member."""
+    out = []
+    for item in RULES:
+        if roles is not None and item.role not in roles:
+            continue
+        if preflight and item.covered_by:
+            continue
+        if any(member.failed(var) for var in item.variables):
+            continue  # reported as a variable that cannot be templated
+        for var, value, problem, fix in item.check(member) or ():
+            shown = HIDDEN if is_secret(var, member.specs.get(var)) else value
+            out.append((member.host, var, shown, problem, fix))
+    return out
+
+
+def check_group(name, hosts, values_of, specs, roles=None, preflight=False, only=None, running=None):
+    """Every rule on every member of a serving group (``only``: the members to report on; ``running``: the role that
+    asks at its start, whose rules then apply whatever the group's mode)."""
+    group = Group(name, hosts, values_of, specs, running)
+    out = []
+    for host in group.ordered:
+        if only is None or host in only:
+            out.extend(check_member(group.members[host], roles, preflight))
+    return out
+
+
+# -- shared input classes ----------------------------------------------------------------------------------------
+
+def _ranges(member, table):
+    """(var, value, problem, fix) for each var of ``table`` (var -> (low, high, low_open, number)) out of range."""
+    out = []
+    for var, (low, high, low_open, number) in table.items():
+        value = member[var]
+        found = _inputs.range_problem(value, low, high, low_open, (member.specs.get(var) or {}).get("default"), number)
+        if found:
+            out.append((var, value) + found)
+    return out
+
+
+def _int_range(low=None, high=None):
+    return (low, high, False, _inputs.as_int)
+
+
+def _positive():
+    return (0, None, True, _inputs.as_int)
+
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+# git check-ref-format, simplified: no spaces, control chars, '..', '~^:?*[\\', no leading '-' or '/'.
+REF_RE = re.compile(r"^(?!-)(?!/)(?!.*\.\.)(?!.*//)[^\s~^:?*\[\\\x00-\x1f\x7f]+(?<!/)(?<!\.lock)(?<!\.)$")
+
+
+def revision_problem(revision, model=None):
+    """The one revision policy: a 40-hex commit id (the checkpoint's snapshot directory is named after it)."""
+    fix = "pin the 40-character lower-case commit id%s" % (
+        " (git ls-remote https://huggingface.co/%s <branch> prints it)" % model if isinstance(model, str) and model else "")
+    if not isinstance(revision, str) or not revision.strip():
+        return "is empty, which would serve whatever the tip of main is today", fix
+    if COMMIT_RE.match(revision):
+        return None
+    if not REF_RE.match(revision):
+        return "is not a valid git revision", fix
+    return ("is a branch, tag or short id, not a 40-hex commit: the checkpoint role names the snapshot directory after the "
+            "commit, and a branch can change under a running fleet", fix)
+
+
+# -- checkpoint ----------------------------------------------------------------------------------------------------
+
+CHECKPOINT_MODES = ("nfs", "scp")
+_CIPHER_RE = re.compile(r"^[A-Za-z0-9@._-]+(,[A-Za-z0-9@._-]+)*$")
+_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")
+_NFS_VERS_RE = re.compile(r"^4(\.[0-2])?$")
+# Refused in checkpoint_rsync_options: deleting, in-place writing, anything that would keep owners, groups,
+# devices, special files, links or other modes (the role sets those), and --timeout (checkpoint_rsync_timeout).
+RSYNC_FORBIDDEN_LONG = (
+    "delete", "del$", "remove-source-files", "inplace", "append", "archive", "owner", "group", "devices", "specials",
+    "links", "hard-links", "perms", "executability", "chmod", "chown", "usermap", "groupmap", "super", "fake-super",
+    "acls", "xattrs", "copy-unsafe-links", "safe-links", "munge-links", "no-copy-links", "no-munge-links",
+    "keep-dirlinks", "copy-dirlinks", "timeout", "rsync-path", "files-from", "from0", "filter", "include", "exclude",
+    "relative", "rsh")
+RSYNC_FORBIDDEN_RE = re.compile(r"^--(%s)|^-[^-]*[aogDlHpEAXkKRfFe]" % "|".join(RSYNC_FORBIDDEN_LONG))
+NFS_MOUNT_FORBIDDEN_RE = re.compile(r"^((rw|ro|soft|hard|suid|dev|nosuid|nodev)$|(vers|nfsvers|nconnect|rsize|wsize|timeo)=)")
+# The URL variables of the download: http(s), a host name, IPv4 or [IPv6] address, an optional port and path; nothing
+# else (no user:password@, which would show in logs and `ps`; no whitespace or control character; no query or
+# fragment, which would break the URLs built on it). Empty is allowed (each has its default meaning).
+URL_RE = re.compile(
+    r"^https?://([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?|\[[0-9A-Fa-f:.]+\])"
+    r"(:[0-9]{1,5})?(/[A-Za-z0-9._~%!$&()*+,;=:@/-]*)?\Z")
+_CREDENTIALS_RE = re.compile(r"^[^:/?#]*://[^/?#]*@")
+URL_FIXES = {
+    "checkpoint_download_endpoint": "set the Hub's address, e.g. https://hf-mirror.example.org or the lab's "
+                                    "http://10.231.0.1:5990, or \"\" for the public Hub",
+    "checkpoint_download_pip_index": "set a PEP 503 index, e.g. https://pypi.example.org/simple/ or the lab's "
+                                     "http://10.231.0.1:5990/simple/, or \"\" for pip's own configuration",
+    "checkpoint_download_probe_url": "set a URL to probe, e.g. https://huggingface.co, or \"\" to probe the endpoint",
+}
+
+
+def _mode(member):
+    return str(member["dspark_checkpoint_mode"] or "")
+
+
+def _cache(member):
+    value = member["dspark_hf_cache"]
+    return value.rstrip("/") if isinstance(value, str) and value.startswith("/") else None
+
+
+@rule("checkpoint.mode", ["dspark_checkpoint_mode"])
+def _checkpoint_mode(member):
+    """dspark_checkpoint_mode is nfs or scp."""
+    if _mode(member) not in CHECKPOINT_MODES:
+        return [("dspark_checkpoint_mode", member["dspark_checkpoint_mode"], "is not a known checkpoint mode",
+                 "set dspark_checkpoint_mode to one of: %s (group_vars)" % ", ".join(CHECKPOINT_MODES))]
+    return []
+
+
+@rule("checkpoint.revision", ["dspark_model_revision", "dspark_model"])
+def _checkpoint_revision(member):
+    """dspark_model_revision is a 40-hex commit id (one policy in preflight and in the role)."""
+    found = revision_problem(member["dspark_model_revision"], member["dspark_model"])
+    return [("dspark_model_revision", member["dspark_model_revision"]) + found] if found else []
+
+
+@rule("checkpoint.source_rank", ["checkpoint_source_rank"])
+def _checkpoint_source_rank(member):
+    """checkpoint_source_rank names exactly one member of the group."""
+    value = member["checkpoint_source_rank"]
+    if _inputs.as_int(value) is None or member.group.host_of_rank(value):
+        return []
+    return [("checkpoint_source_rank", value, "is not a rank of group %s (%s)" % (member.group.name, member.group.ranks_text()),
+             "set checkpoint_source_rank to the dspark_rank of the node that holds the checkpoint")]
+
+
+@rule("checkpoint.hf_cache", ["dspark_hf_cache"])
+def _checkpoint_hf_cache(member):
+    """dspark_hf_cache is an absolute directory below /."""
+    value = member["dspark_hf_cache"]
+    if value is None:
+        return [("dspark_hf_cache", None, "the Hugging Face cache directory of every node",
+                 "set dspark_hf_cache in group_vars, e.g. /var/lib/dspark/hf-cache")]
+    found = _inputs.absolute_path_problem(value, "/var/lib/dspark/hf-cache")
+    if found or str(value).strip("/") == "":
+        return [("dspark_hf_cache", value) + (found or ("is / itself", "set a directory below /, e.g. /var/lib/dspark/hf-cache"))]
+    return []
+
+
+@rule("checkpoint.manifest_dir", ["checkpoint_manifest_dir", "dspark_hf_cache"])
+def _checkpoint_manifest_dir(member):
+    """checkpoint_manifest_dir is absolute and outside the Hugging Face cache."""
+    value = member["checkpoint_manifest_dir"]
+    found = _inputs.absolute_path_problem(value, "/var/lib/dspark/checkpoint")
+    if found:
+        return [("checkpoint_manifest_dir", value) + found]
+    cache = _cache(member)
+    if cache and isinstance(value, str) and _inputs.inside(value, cache):
+        return [("checkpoint_manifest_dir", value, "is inside dspark_hf_cache=%s (a read-only NFS mount on the clients, a copy "
+                 "target in SCP mode)" % member["dspark_hf_cache"], "choose a directory outside the Hugging Face cache, "
+                 "e.g. /var/lib/dspark/checkpoint")]
+    return []
+
+
+@rule("checkpoint.ssh_key_path", ["checkpoint_ssh_key_path", "dspark_hf_cache", "dspark_checkpoint_mode"])
+def _checkpoint_ssh_key_path(member):
+    """SCP mode: checkpoint_ssh_key_path is absolute and outside the Hugging Face cache."""
+    if _mode(member) != "scp":
+        return []
+    value = member["checkpoint_ssh_key_path"]
+    found = _inputs.absolute_path_problem(value, "/etc/dspark/checkpoint/id_ed25519")
+    if found:
+        return [("checkpoint_ssh_key_path", value) + found]
+    cache = _cache(member)
+    if cache and isinstance(value, str) and _inputs.inside(value, cache):
+        return [("checkpoint_ssh_key_path", value, "is inside dspark_hf_cache=%s, which is copied to the other nodes"
+                 % member["dspark_hf_cache"], "choose a path outside the Hugging Face cache, e.g. /etc/dspark/checkpoint/id_ed25519")]
+    return []
+
+
+@rule("checkpoint.rsync_options", ["checkpoint_rsync_options", "dspark_checkpoint_mode"])
+def _checkpoint_rsync_options(member):
+    """SCP mode: checkpoint_rsync_options holds none of the options the copy sets itself or must never use."""
+    value = member["checkpoint_rsync_options"]
+    if _mode(member) != "scp" or not isinstance(value, (list, tuple)):
+        return []
+    bad = [str(o) for o in value if RSYNC_FORBIDDEN_RE.match(str(o))]
+    if not bad:
+        return []
+    return [("checkpoint_rsync_options", list(value), "contains %s: the copy never deletes, never writes in place and sets "
+             "links, modes, owners, filters and the timeout itself (--archive is not accepted: files arrive 0644 without "
+             "owner, group or devices)" % ", ".join(bad), "remove them (checkpoint_rsync_timeout sets the timeout)")]
+
+
+@rule("checkpoint.scp_address", ["dspark_fabric_address", "dspark_checkpoint_mode"], covered_by="fabric: dspark_fabric_address")
+def _checkpoint_scp_address(member):
+    """The copy runs over the fabric: every member has dspark_fabric_address."""
+    if _mode(member) in CHECKPOINT_MODES and not member.group.address(member.host):
+        return [("dspark_fabric_address", None, "the checkpoint is copied or mounted over the fabric",
+                 "set this node's fabric address in the inventory")]
+    return []
+
+
+@rule("checkpoint.scp_user", ["checkpoint_scp_user", "dspark_checkpoint_mode"])
+def _checkpoint_scp_user(member):
+    """SCP mode: checkpoint_scp_user is an unprivileged user name (never root)."""
+    value = member["checkpoint_scp_user"]
+    if _mode(member) != "scp" or (isinstance(value, str) and _USER_RE.match(value) and value != "root"):
+        return []
+    return [("checkpoint_scp_user", value, "is not an unprivileged user name (root would let rrsync receive as root)",
+             "use a system account name such as dspark-ckpt")]
+
+
+@rule("checkpoint.scp_numbers", ["checkpoint_scp_streams", "checkpoint_rsync_timeout", "checkpoint_scp_connect_timeout",
+                                 "checkpoint_scp_alive_interval", "checkpoint_scp_retries", "checkpoint_scp_retry_delay",
+                                 "dspark_checkpoint_mode"])
+def _checkpoint_scp_numbers(member):
+    """SCP mode: streams 1-10 (sshd's MaxStartups), timeouts > 0, keep-alive, retries and delay >= 0."""
+    if _mode(member) != "scp":
+        return []
+    return _ranges(member, {
+        "checkpoint_scp_streams": _int_range(1, 10),
+        "checkpoint_rsync_timeout": _positive(),
+        "checkpoint_scp_connect_timeout": _positive(),
+        "checkpoint_scp_alive_interval": _int_range(0),
+        "checkpoint_scp_retries": _int_range(0),
+        "checkpoint_scp_retry_delay": _int_range(0),
+    })
+
+
+@rule("checkpoint.scp_cipher", ["checkpoint_scp_cipher", "dspark_checkpoint_mode"])
+def _checkpoint_scp_cipher(member):
+    """SCP mode: checkpoint_scp_cipher is a comma-separated list of OpenSSH cipher names."""
+    value = member["checkpoint_scp_cipher"]
+    if _mode(member) != "scp" or (isinstance(value, str) and _CIPHER_RE.match(value)):
+        return []
+    return [("checkpoint_scp_cipher", value, "is not a comma-separated list of OpenSSH cipher names",
+             "for example aes128-gcm@openssh.com,chacha20-poly1305@openssh.com")]
+
+
+@rule("checkpoint.nfs_source", ["dspark_fabric_address", "checkpoint_source_rank", "dspark_checkpoint_mode"],
+      covered_by="fabric: dspark_fabric_address")
+def _checkpoint_nfs_source(member):
+    """NFS mode: the source (the NFS server) has a fabric address."""
+    source = member.group.host_of_rank(member["checkpoint_source_rank"])
+    if _mode(member) != "nfs" or source is None or member.group.address(source):
+        return []
+    return [("dspark_fabric_address", None, "on the checkpoint source %s, the NFS server's address" % source,
+             "set dspark_fabric_address on %s in the inventory" % source)]
+
+
+@rule("checkpoint.nfs_vers", ["checkpoint_nfs_vers", "dspark_checkpoint_mode"])
+def _checkpoint_nfs_vers(member):
+    """NFS mode: checkpoint_nfs_vers is 4, 4.0, 4.1 or 4.2 (the export serves NFSv4 only)."""
+    value = member["checkpoint_nfs_vers"]
+    if _mode(member) != "nfs" or _NFS_VERS_RE.match(str(value)):
+        return []
+    return [("checkpoint_nfs_vers", value, "is not an NFSv4 version (the export serves NFSv4 only)", "use 4.2, 4.1, 4.0 or 4")]
+
+
+@rule("checkpoint.nfs_numbers", ["checkpoint_nfs_nconnect", "checkpoint_nfs_rsize", "checkpoint_nfs_wsize", "checkpoint_nfs_timeo",
+                                 "checkpoint_nfs_probe_timeout", "dspark_checkpoint_mode"])
+def _checkpoint_nfs_numbers(member):
+    """NFS mode: nconnect 1-16 (the kernel's limit), rsize/wsize >= 4096, timeo and the probe's timeout > 0."""
+    if _mode(member) != "nfs":
+        return []
+    return _ranges(member, {
+        "checkpoint_nfs_nconnect": _int_range(1, 16),
+        "checkpoint_nfs_rsize": _int_range(4096),
+        "checkpoint_nfs_wsize": _int_range(4096),
+        "checkpoint_nfs_timeo": _positive(),
+        "checkpoint_nfs_probe_timeout": _positive(),
+    })
+
+
+@rule("checkpoint.nfs_options", ["checkpoint_nfs_extra_options", "dspark_checkpoint_mode"])
+def _checkpoint_nfs_options(member):
+    """NFS mode: checkpoint_nfs_extra_options holds none of the options the role sets from its variables."""
+    value = member["checkpoint_nfs_extra_options"]
+    if _mode(member) != "nfs" or not isinstance(value, (list, tuple)):
+        return []
+    bad = [str(o) for o in value if NFS_MOUNT_FORBIDDEN_RE.match(str(o))]
+    if not bad:
+        return []
+    return [("checkpoint_nfs_extra_options", list(value), "contains %s, which the role sets from its own variables (ro, nosuid "
+             "and nodev always)" % ", ".join(bad), "remove them and set checkpoint_nfs_* instead")]
+
+
+@rule("checkpoint.download_numbers", ["checkpoint_download", "checkpoint_download_timeout", "checkpoint_download_retries",
+                                      "checkpoint_download_retry_delay", "checkpoint_download_probe_timeout"])
+def _checkpoint_download_numbers(member):
+    """Download: its timeouts > 0, its retries and their delay >= 0."""
+    if not _inputs.is_true(member["checkpoint_download"]):
+        return []
+    return _ranges(member, {
+        "checkpoint_download_timeout": _positive(),
+        "checkpoint_download_probe_timeout": _positive(),
+        "checkpoint_download_retries": _int_range(0),
+        "checkpoint_download_retry_delay": _int_range(0),
+    })
+
+
+def url_problem(var, value):
+    """(problem, fix) for a download URL that is not http(s)://host[:port][/path], else None ("" is allowed)."""
+    if value in (None, "") or (isinstance(value, str) and URL_RE.match(value)):
+        return None
+    text = str(value)
+    if _inputs.CONTROL_RE.search(text) or re.search(r"\s", text):
+        return "contains whitespace or a control character", URL_FIXES[var]
+    if _CREDENTIALS_RE.match(text):
+        where = ("pip reads an index's login from root's ~/.netrc on the node" if var == "checkpoint_download_pip_index"
+                 else "a Hugging Face token goes in checkpoint_hf_token (vault), which reaches the download only on its "
+                      "standard input")
+        return ("carries credentials (user:password@, shown as ***), which would show in logs and in the process list",
+                "remove them from the URL; %s" % where)
+    if not re.match(r"^https?://", text):
+        return "is not an http:// or https:// URL", URL_FIXES[var]
+    return ("is not an http(s) URL of a host name or address with an optional port and path (no query, no fragment, no "
+            "character outside RFC 3986's path characters)", URL_FIXES[var])
+
+
+def shown_url(value):
+    """A URL as a message shows it: any user:password@ replaced by ***@."""
+    return re.sub(r"//[^/?#]*@", "//***@", str(value), count=1)
+
+
+@rule("checkpoint.download_urls", ["checkpoint_download", "checkpoint_download_endpoint", "checkpoint_download_pip_index",
+                                   "checkpoint_download_probe_url"])
+def _checkpoint_download_urls(member):
+    """Download: the endpoint, pip index and probe URL are http(s)://host[:port][/path] without credentials, or ""."""
+    if not _inputs.is_true(member["checkpoint_download"]):
+        return []
+    out = []
+    for var in URL_FIXES:
+        found = url_problem(var, member[var])
+        if found:
+            out.append((var, shown_url(member[var])) + found)
+    return out
+
+
+@rule("checkpoint.download_venv", ["checkpoint_download", "checkpoint_download_venv"])
+def _checkpoint_download_venv(member):
+    """Download: checkpoint_download_venv is an absolute directory."""
+    value = member["checkpoint_download_venv"]
+    found = _inputs.absolute_path_problem(value, "/opt/dspark/hf-venv")
+    if not _inputs.is_true(member["checkpoint_download"]) or not found:
+        return []
+    return [("checkpoint_download_venv", value) + found]
+
+
+@rule("checkpoint.hf_token", ["checkpoint_hf_token"])
+def _checkpoint_hf_token(member):
+    """checkpoint_hf_token has no control character and no white space around it."""
+    found = _inputs.control_problem(member["checkpoint_hf_token"], secret=True)
+    return [("checkpoint_hf_token", HIDDEN) + found] if found else []
+
+
+# -- nfs_export (groups in NFS mode; the exporting node is the node of nfs_export_rank) ---------------------------
+
+NFS_EXPORT_FORBIDDEN = ("rw", "no_root_squash", "insecure", "no_auth_nlm", "crossmnt", "nohide")
+NFS_EXPORT_REQUIRED = ("ro", "root_squash")
+# exports(5) splits on white space, reads `#` as a comment, `"` and `\` as quoting, `(` `)` `,` `=` as the option
+# syntax and `*` `?` `[` `@` as wildcards or netgroups: a path or option holding one of them would change the export.
+EXPORT_PATH_RE = re.compile(r"^/[A-Za-z0-9/._+~:%-]*\Z")
+EXPORT_OPTION_RE = re.compile(r"^[a-z_][a-z0-9_]*(=[A-Za-z0-9_./:-]+)?\Z")
+_EXPORTS_FILE_RE = re.compile(r"^/etc/exports\.d/[^/\s]+\.exports\Z")
+_NFS_CONF_RE = re.compile(r"^/etc/nfs\.conf\.d/[^/\s]+\.conf\Z")
+
+
+def _nfs(member):
+    """The group is in NFS mode, or the nfs_export role itself asks (it runs for NFS groups only)."""
+    return _mode(member) == "nfs" or member.group.running == "nfs_export"
+
+
+def _exporting(member):
+    """NFS mode, and this member is the exporting node."""
+    return _nfs(member) and member.group.host_of_rank(member["nfs_export_rank"]) == member.host
+
+
+@rule("nfs_export.rank", ["nfs_export_rank", "checkpoint_source_rank", "dspark_checkpoint_mode"])
+def _nfs_export_rank(member):
+    """NFS mode: nfs_export_rank (default checkpoint_source_rank) names exactly one member of the group."""
+    value = member["nfs_export_rank"]
+    if not _nfs(member) or _inputs.as_int(value) is None or member.group.host_of_rank(value):
+        return []
+    var = "nfs_export_rank" if member.raw("nfs_export_rank") is not None else "checkpoint_source_rank"
+    if var == "checkpoint_source_rank" and member.raw(var) is not None:
+        return []  # checkpoint.source_rank says so
+    return [(var, value, "is not a rank of group %s (%s)" % (member.group.name, member.group.ranks_text()),
+             "set it to the dspark_rank of the node that holds the checkpoint")]
+
+
+@rule("nfs_export.path", ["dspark_hf_cache", "nfs_export_rank", "dspark_checkpoint_mode"])
+def _nfs_export_path(member):
+    """NFS mode, the exporting node: dspark_hf_cache can be written into exports(5) safely (letters, digits and /._+-~:% only)."""
+    value = member["dspark_hf_cache"]
+    if not _exporting(member) or not isinstance(value, str) or not value.startswith("/") or EXPORT_PATH_RE.match(value):
+        return []
+    return [("dspark_hf_cache", value, "cannot be exported safely: exports(5) treats white space, line breaks and the characters "
+             "#\"\\()*?[],=@ specially", "use a path of letters, digits and /._+-~:% only, e.g. /var/lib/dspark/hf-cache")]
+
+
+@rule("nfs_export.clients", ["nfs_export_clients", "nfs_export_rank", "dspark_fabric_cidr", "dspark_checkpoint_mode"])
+def _nfs_export_clients(member):
+    """NFS mode: every nfs_export_clients entry is an address or network inside the fabric network (no host names,
+    wildcards, netgroups or 0.0.0.0/0), and there is at least one."""
+    if not _exporting(member):
+        return []
+    clients = member["nfs_export_clients"]
+    if clients is not None and not isinstance(clients, (list, tuple, str)):
+        return []
+    if isinstance(clients, str) and member.raw("nfs_export_clients") is not None:
+        return []  # a string for a list: the type rule says so
+    peers = [member.group.address(h) for h in member.group.ordered if h != member.host and member.group.address(h)]
+    if clients is not None and not clients and not peers:
+        return []  # the fabric rules report the peers' missing addresses
+    return [found[1:] for found in _nfs_plan.client_findings(member.host, clients, member["dspark_fabric_cidr"], peers)]
+
+
+@rule("nfs_export.bind_address", ["dspark_fabric_address", "dspark_fabric_cidr", "dspark_checkpoint_mode"],
+      covered_by="fabric: dspark_fabric_address")
+def _nfs_export_bind_address(member):
+    """NFS mode: nfsd listens on the exporting node's fabric address, an address of the fabric network."""
+    if not _exporting(member):
+        return []
+    return [found[1:] for found in _nfs_plan.bind_findings(member.host, member.raw("dspark_fabric_address"), member["dspark_fabric_cidr"])]
+
+
+@rule("nfs_export.options", ["nfs_export_options", "nfs_export_rank", "dspark_checkpoint_mode"])
+def _nfs_export_options(member):
+    """NFS mode, the exporting node: the export stays read-only and root-squashed; one plain option per entry."""
+    value = member["nfs_export_options"]
+    if not _exporting(member) or not isinstance(value, (list, tuple)):
+        return []
+    text = [str(o) for o in value]
+    unsafe = [o for o in text if not EXPORT_OPTION_RE.match(o)]
+    if unsafe:
+        return [("nfs_export_options", list(value), "contains %s: one option per entry, `name` or `name=value`" % ", ".join(unsafe),
+                 "write each option alone (letters, digits, _ . / : -), no commas, parentheses or white space")]
+    bad = [o for o in text if o in NFS_EXPORT_FORBIDDEN]
+    if bad:
+        return [("nfs_export_options", list(value), "contains %s: the export must stay read-only and root-squashed (the cache "
+                 "holds the Hugging Face token)" % ", ".join(bad), "remove them")]
+    missing = [o for o in NFS_EXPORT_REQUIRED if o not in text]
+    if missing:
+        return [("nfs_export_options", list(value), "lacks %s" % ", ".join(missing), "add them")]
+    return []
+
+
+@rule("nfs_export.files", ["nfs_export_file", "nfs_export_conf_file", "nfs_export_rank", "dspark_checkpoint_mode"])
+def _nfs_export_files(member):
+    """NFS mode, the exporting node: the role writes /etc/exports.d/*.exports and /etc/nfs.conf.d/*.conf only."""
+    if not _exporting(member):
+        return []
+    out = []
+    for var, pattern, default in (("nfs_export_file", _EXPORTS_FILE_RE, "/etc/exports.d/dspark.exports"),
+                                  ("nfs_export_conf_file", _NFS_CONF_RE, "/etc/nfs.conf.d/dspark.conf")):
+        value = member[var]
+        if not (isinstance(value, str) and pattern.match(value)):
+            out.append((var, value, "is outside %s" % default.rsplit("/", 1)[0] + "/*" + default[default.rindex("."):],
+                        "keep the default path %s, or another file name in that directory" % default))
+    return out
+
+
+# -- serve ---------------------------------------------------------------------------------------------------------
+
+_LOOPBACK_NAMES = frozenset(("localhost", "localhost.localdomain", "ip6-localhost"))
+
+
+def is_loopback(host):
+    """True when an API bind address (serve_host) listens on loopback only: 127.0.0.0/8, ::1, localhost."""
+    text = str(host).strip().strip("[]").lower()
+    if text in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
+
+
+@rule("serve.open_api", ["serve_host", "serve_api_key", "serve_api_keys", "serve_allow_unauthenticated"])
+def _serve_open_api(member):
+    """Closed by default (issue #13): an API beyond loopback needs serve_api_key(s) or serve_allow_unauthenticated.
+    The head decides (it serves the API); every member reports it, so that preflight says it once for the group."""
+    head = member.member(member.group.ordered[0]) if member.group.ordered else member
+    host = head["serve_host"]
+    if host is None or is_loopback(host) or _inputs.is_true(head["serve_allow_unauthenticated"]):
+        return []
+    if head["serve_api_key"] or head["serve_api_keys"]:
+        return []
+    return [("serve_host", host, "makes the API of group %s listen beyond loopback (head %s) while serve_api_key and "
+             "serve_api_keys are empty: anyone who reaches the port can use the model" % (member.group.name, head.host),
+             "set serve_api_key (or serve_api_keys), or bind the API to 127.0.0.1 (serve_host), or accept an open API with "
+             "serve_allow_unauthenticated: true")]
+
+
+@rule("serve.numbers", ["serve_gpu_memory_utilization", "serve_max_num_seqs", "serve_max_num_batched_tokens",
+                        "serve_max_model_len", "serve_start_timeout", "serve_mtp_num_tokens", "serve_memory_guard_mib",
+                        "serve_memory_guard_wait"])
+def _serve_numbers(member):
+    """The fraction of GPU memory 0 < x <= 1; counts, lengths and the start timeout > 0; at least 5 MTP tokens (the
+    checkpoint's block size); the memory guard's size and wait >= 0."""
+    return _ranges(member, {
+        "serve_gpu_memory_utilization": (0, 1, True, _inputs.as_float),
+        "serve_max_num_seqs": _positive(),
+        "serve_max_num_batched_tokens": _positive(),
+        "serve_max_model_len": _positive(),
+        "serve_start_timeout": _positive(),
+        "serve_mtp_num_tokens": _int_range(5),
+        "serve_memory_guard_mib": _int_range(0),
+        "serve_memory_guard_wait": _int_range(0),
+    })
+
+
+@rule("serve.api_keys", ["serve_api_key", "serve_api_keys"])
+def _serve_api_keys(member):
+    """serve_api_key(s) hold no control character and no white space around a key (a vault value with a newline)."""
+    out = []
+    key = member["serve_api_key"]
+    found = _inputs.control_problem(key, secret=True)
+    if found:
+        out.append(("serve_api_key", HIDDEN) + found)
+    keys = member["serve_api_keys"]
+    if isinstance(keys, (list, tuple)):
+        for index, item in enumerate(keys):
+            found = _inputs.control_problem(item, secret=True)
+            if found:
+                out.append(("serve_api_keys", HIDDEN, "has element %d that %s" % (index, found[0]), found[1]))
+                break
+    return out
+
+
+@rule("serve.one_key_setting", ["serve_api_key", "serve_api_keys"])
+def _serve_one_key_setting(member):
+    """At most one of serve_api_key and serve_api_keys is set."""
+    keys = member["serve_api_keys"]
+    if member["serve_api_key"] and keys and isinstance(keys, (list, tuple)):
+        return [("serve_api_keys", HIDDEN, "is set together with serve_api_key (the keys are not shown)",
+                 "set one of them: serve_api_key for one key, serve_api_keys for several")]
+    return []
+
+
+@rule("serve.image", ["serve_image", "dspark_image"], covered_by="inventory: dspark_image")
+def _serve_image(member):
+    """serve_image (default dspark_image) is set."""
+    value = member["serve_image"]
+    if isinstance(value, str) and value.strip():
+        return []
+    return [("serve_image", value or None, "the serving image", "set dspark_image (or serve_image) to the image, pinned by digest")]

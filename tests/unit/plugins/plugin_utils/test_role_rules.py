@@ -1,0 +1,254 @@
+"""The roles' input rules (plugin_utils._role_rules) and the promise they keep (issue #25 item 2).
+
+For every rule of the module an input that breaks it makes preflight (the action dspark.cluster.preflight_validate, on
+an inventory built here) fail with exactly one line naming the host or group, the variable, the value and the fix.
+The table is checked against the module's registry: a new rule without a failing input fails
+test_every_rule_has_a_breaking_input.
+"""
+
+from unittest.mock import MagicMock
+
+import pytest
+
+from ansible.playbook.task import Task
+from ansible.template import Templar
+
+from ansible_collections.dspark.cluster.plugins.action.preflight_validate import ActionModule
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs, _plan_vars, _role_rules
+from ansible_collections.dspark.cluster.plugins.plugin_utils import inventory_rules
+
+SPECS = _plan_vars.collection_specs()[0]
+BASE = {
+    "dspark_group": "pair_a", "dspark_fabric_cidr": "10.77.77.0/30", "dspark_fabric_interface": "enp1s0f1np1",
+    "dspark_fabric_hca": "rocep1s0f1", "dspark_fabric_mtu": 9000, "dspark_gpus_per_node": 1, "dspark_tensor_parallel_size": 2,
+    "dspark_api_port": 8888, "dspark_master_port": 25000,
+    "dspark_image": "ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:" + "b" * 64,
+    "dspark_model": "deepseek-ai/DeepSeek-V4-Flash-0731", "dspark_model_revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb",
+    "dspark_checkpoint_mode": "scp", "dspark_hf_cache": "/var/lib/dspark/hf",
+    "serve_api_key": "unit-test-key-4711",
+}
+NFS = {"dspark_checkpoint_mode": "nfs"}
+DOWNLOAD = {"checkpoint_download": True}
+
+
+def make_action():
+    task = MagicMock(Task)
+    task.args = {}
+    task.async_val = 0
+    task.check_mode = False
+    connection = MagicMock()
+    connection._shell = MagicMock()
+    return ActionModule(task, connection, MagicMock(), loader=None, templar=Templar(loader=None), shared_loader_obj=None), connection
+
+
+def pair(overrides):
+    """hostvars of a valid pair; an override 'a-worker__var' sets one host's variable, 'var' both (None removes it)."""
+    hostvars = {"a-head": dict(BASE, dspark_rank=0, dspark_fabric_address="10.77.77.1", group_names=["dspark", "pair_a"]),
+                "a-worker": dict(BASE, dspark_rank=1, dspark_fabric_address="10.77.77.2", group_names=["dspark", "pair_a"])}
+    for key, value in overrides.items():
+        host, dummy, var = key.rpartition("__")
+        for name in [host] if host else list(hostvars):
+            if value is None:
+                hostvars[name].pop(var, None)
+            else:
+                hostvars[name][var] = value
+    return hostvars
+
+
+def preflight(overrides, groups=None):
+    hostvars = pair(overrides)
+    groups = groups or {"all": list(hostvars), "dspark": list(hostvars), "pair_a": list(hostvars)}
+    action, connection = make_action()
+    result = action.run(task_vars={"hostvars": hostvars, "groups": groups, "ansible_play_hosts_all": list(hostvars)})
+    assert not connection.exec_command.called
+    return result
+
+
+# rule -> (inputs that break it, where, variable, text of the value and problem). A rule that another preflight rule
+# covers (covered_by) is broken the same way; the line then comes from the covering rule.
+BREAKS = {
+    "checkpoint.mode": ({"dspark_checkpoint_mode": "rsync"}, "group pair_a", "dspark_checkpoint_mode", "'rsync' is not a known"),
+    "checkpoint.revision": ({"dspark_model_revision": "main"}, "group pair_a", "dspark_model_revision", "'main' is a branch"),
+    "checkpoint.source_rank": ({"checkpoint_source_rank": 2}, "group pair_a", "checkpoint_source_rank", "2 is not a rank of group"),
+    "checkpoint.hf_cache": ({"dspark_hf_cache": "var/lib/hf"}, "group pair_a", "dspark_hf_cache", "'var/lib/hf' is not an absolute"),
+    "checkpoint.manifest_dir": ({"checkpoint_manifest_dir": "/var/lib/dspark/hf/state"}, "group pair_a", "checkpoint_manifest_dir",
+                                "'/var/lib/dspark/hf/state' is inside dspark_hf_cache"),
+    "checkpoint.ssh_key_path": ({"checkpoint_ssh_key_path": "/var/lib/dspark/hf/id"}, "group pair_a", "checkpoint_ssh_key_path",
+                                "'/var/lib/dspark/hf/id' is inside dspark_hf_cache"),
+    "checkpoint.rsync_options": ({"checkpoint_rsync_options": ["--delete"]}, "group pair_a", "checkpoint_rsync_options",
+                                 "['--delete'] contains --delete"),
+    "checkpoint.scp_address": ({"a-worker__dspark_fabric_address": None}, "a-worker", "dspark_fabric_address", "is not set"),
+    "checkpoint.scp_user": ({"checkpoint_scp_user": "root"}, "group pair_a", "checkpoint_scp_user", "'root' is not an unprivileged"),
+    "checkpoint.scp_numbers": ({"checkpoint_scp_streams": 11}, "group pair_a", "checkpoint_scp_streams",
+                               "11 is outside its range (1 to 10)"),
+    "checkpoint.scp_cipher": ({"checkpoint_scp_cipher": "aes128 ctr"}, "group pair_a", "checkpoint_scp_cipher", "'aes128 ctr' is not"),
+    "checkpoint.nfs_source": (dict(NFS, **{"a-worker__dspark_fabric_address": None}), "a-worker", "dspark_fabric_address",
+                              "is not set"),
+    "checkpoint.nfs_vers": (dict(NFS, checkpoint_nfs_vers="3"), "group pair_a", "checkpoint_nfs_vers", "'3' is not an NFSv4"),
+    "checkpoint.nfs_numbers": (dict(NFS, checkpoint_nfs_nconnect=32), "group pair_a", "checkpoint_nfs_nconnect",
+                               "32 is outside its range (1 to 16)"),
+    "checkpoint.nfs_options": (dict(NFS, checkpoint_nfs_extra_options=["rw"]), "group pair_a", "checkpoint_nfs_extra_options",
+                               "['rw'] contains rw"),
+    "checkpoint.download_numbers": (dict(DOWNLOAD, checkpoint_download_timeout=0), "group pair_a", "checkpoint_download_timeout",
+                                    "0 is outside its range (greater than 0)"),
+    "checkpoint.download_urls": (dict(DOWNLOAD, checkpoint_download_endpoint="https://me:pw@hf.example.org"), "group pair_a",
+                                 "checkpoint_download_endpoint", "'https://***@hf.example.org' carries credentials"),
+    "checkpoint.download_venv": (dict(DOWNLOAD, checkpoint_download_venv="opt/venv"), "group pair_a", "checkpoint_download_venv",
+                                 "'opt/venv' is not an absolute path"),
+    "checkpoint.hf_token": ({"checkpoint_hf_token": "hf_sentinel_token\n"}, "group pair_a", "checkpoint_hf_token",
+                            "<not shown: secret> contains a control character"),
+    "nfs_export.rank": (dict(NFS, nfs_export_rank=5), "group pair_a", "nfs_export_rank", "5 is not a rank of group pair_a"),
+    "nfs_export.path": (dict(NFS, dspark_hf_cache="/var/lib/hf cache"), "a-worker", "dspark_hf_cache",
+                        "'/var/lib/hf cache' cannot be exported safely"),
+    "nfs_export.clients": (dict(NFS, nfs_export_clients=["0.0.0.0/0"]), "a-worker", "nfs_export_clients",
+                           "['0.0.0.0/0'] holds '0.0.0.0/0', which opens the export to every address"),
+    "nfs_export.bind_address": (dict(NFS, **{"a-worker__dspark_fabric_address": "10.77.78.2"}), "a-worker",
+                                "dspark_fabric_address", "'10.77.78.2'"),
+    "nfs_export.options": (dict(NFS, nfs_export_options=["ro", "root_squash", "no_root_squash"]), "a-worker", "nfs_export_options",
+                           "contains no_root_squash"),
+    "nfs_export.files": (dict(NFS, nfs_export_file="/etc/exports"), "a-worker", "nfs_export_file", "'/etc/exports' is outside"),
+    "serve.open_api": ({"serve_api_key": ""}, "group pair_a", "serve_host", "'0.0.0.0' makes the API of group pair_a listen"),
+    "serve.numbers": ({"serve_gpu_memory_utilization": 1.5}, "group pair_a", "serve_gpu_memory_utilization",
+                      "1.5 is outside its range (0 < x <= 1)"),
+    "serve.api_keys": ({"serve_api_key": "unit-test-key\n"}, "group pair_a", "serve_api_key",
+                       "<not shown: secret> contains a control character"),
+    "serve.one_key_setting": ({"serve_api_keys": ["k-one-1234", "k-two-5678"]}, "group pair_a", "serve_api_keys",
+                              "<not shown: secret> is set together with serve_api_key"),
+    "serve.image": ({"dspark_image": ""}, "group pair_a", "dspark_image", "is empty"),
+}
+
+
+def test_every_rule_has_a_breaking_input():
+    names = [item.name for item in _role_rules.RULES]
+    assert len(names) == len(set(names)), "a rule name is registered twice"
+    assert sorted(set(names) - set(BREAKS)) == [], "rules without a breaking input in BREAKS"
+    assert sorted(set(BREAKS) - set(names)) == [], "BREAKS names rules the module does not have"
+    for item in _role_rules.RULES:
+        assert item.doc, "%s has no docstring saying what it checks" % item.name
+        assert set(item.variables) <= set(SPECS) | set(inventory_rules.CONTRACT_VARS), item
+
+
+def test_the_valid_pair_passes():
+    result = preflight({})
+    assert not result.get("failed"), result["errors"]
+
+
+@pytest.mark.parametrize("name", sorted(BREAKS))
+def test_a_broken_rule_stops_preflight_with_one_line(name):
+    overrides, where, var, text = BREAKS[name]
+    result = preflight(overrides)
+    assert result.get("failed"), name
+    lines = result["errors"]
+    assert len(lines) == 1, "%s: expected one line, got:\n%s" % (name, "\n".join(lines))
+    line = lines[0]
+    head = "%s: %s is not set" % (where, var) if text == "is not set" else "%s: %s=" % (where, var)
+    assert line.startswith(head), (name, line)
+    assert text in line and ". Fix: " in line, (name, line)
+    assert "sentinel" not in line and "me:pw" not in line and "\n" not in line
+
+
+@pytest.mark.parametrize("name", sorted(BREAKS))
+def test_the_role_alone_runs_the_same_rule(name):
+    """The role's own check (check_group for its role only, as the action role_inputs asks) finds the same input."""
+    item = next(r for r in _role_rules.RULES if r.name == name)
+    overrides, dummy, var, dummy = BREAKS[name]
+    if item.role == "checkpoint" and var == "dspark_image":
+        pytest.skip("not a checkpoint input")
+    hostvars = pair(overrides)
+    found = _role_rules.check_group("pair_a", list(hostvars), hostvars.get, SPECS, roles=[item.role], running=item.role)
+    if item.name == "serve.image":  # preflight says it as dspark_image, the role as serve_image
+        var = "serve_image"
+    assert any(problem[1] == var for problem in found), (name, found)
+
+
+def test_a_template_failure_skips_the_rules_of_its_variable():
+    hostvars = pair({"checkpoint_scp_streams": _role_rules.TemplateFailure("{{ x }}", "x is undefined")})
+    assert _role_rules.check_group("pair_a", list(hostvars), hostvars.get, SPECS) == []
+
+
+@pytest.mark.parametrize("values, refused", [
+    ({}, False),                                                    # the base has a key
+    ({"serve_api_key": ""}, True),
+    ({"serve_api_key": "", "serve_host": "10.0.0.5"}, True),
+    ({"serve_api_key": "", "serve_host": "::"}, True),
+    ({"serve_api_key": "", "serve_allow_unauthenticated": "false"}, True),
+    ({"serve_api_key": "", "serve_api_keys": ["sk-secret-1", "sk-secret-2"]}, False),
+    ({"serve_api_key": "", "serve_allow_unauthenticated": True}, False),
+    ({"serve_api_key": "", "serve_allow_unauthenticated": "yes"}, False),
+    ({"serve_api_key": "", "serve_host": "127.0.1.1"}, False),
+    ({"serve_api_key": "", "serve_host": "[::1]"}, False),
+    ({"serve_api_key": "", "serve_host": "LocalHost "}, False),
+    ({"serve_api_key": "", "a-head__serve_host": "127.0.0.1"}, False),   # the head decides: it serves the API
+    ({"serve_api_key": "", "a-worker__serve_host": "127.0.0.1"}, True),
+])
+def test_open_api_rule(values, refused):
+    hostvars = pair(values)
+    found = _role_rules.check_group("pair_a", list(hostvars), hostvars.get, SPECS, roles=["serve"])
+    assert bool([p for p in found if p[1] == "serve_host"]) == refused, found
+
+
+@pytest.mark.parametrize("overrides, var", [
+    ({"checkpoint_source_rank": -1}, "checkpoint_source_rank"),
+    ({"checkpoint_source_rank": "one"}, None),                      # the type rule reports it
+    (dict(NFS, nfs_export_rank="3"), "nfs_export_rank"),
+    (dict(NFS, checkpoint_source_rank=0, nfs_export_rank=1), None),
+])
+def test_rank_rules(overrides, var):
+    hostvars = pair(overrides)
+    found = _role_rules.check_group("pair_a", list(hostvars), hostvars.get, SPECS)
+    assert [p[1] for p in found][:1] == ([var] if var else []), found
+
+
+@pytest.mark.parametrize("overrides, hosts", [
+    (NFS, []),                                                       # the default clients: the peers' addresses
+    (dict(NFS, **{"a-worker__nfs_export_clients": ["0.0.0.0/0"]}), ["a-worker"]),
+    (dict(NFS, nfs_export_clients=["a-head"]), ["a-worker"]),         # host names: the Python rule, everywhere
+    (dict(NFS, nfs_export_clients=["spark-worker"], checkpoint_source_rank=0), ["a-head"]),
+    ({"nfs_export_clients": ["*"]}, []),                              # SCP mode: nfs_export does not run
+])
+def test_nfs_clients_rule_on_the_exporting_node(overrides, hosts):
+    hostvars = pair(overrides)
+    found = _role_rules.check_group("pair_a", list(hostvars), hostvars.get, SPECS, roles=["nfs_export"])
+    assert [p[0] for p in found] == hosts, found
+
+
+@pytest.mark.parametrize("value, expected", [
+    (8, 8), ("8", 8), (" -3 ", -3), ("+4", 4), (True, None), ("8.5", None), (8.0, None), ("eight", None), (None, None)])
+def test_one_integer_reading(value, expected):
+    assert _inputs.as_int(value) == expected
+
+
+@pytest.mark.parametrize("value, expected", [
+    (True, True), ("yes", True), ("On", True), (1, True), ("t", True), (False, False), ("no", False), (0, False),
+    ("off", False), ("maybe", None), (2, None), ([], None), (None, None)])
+def test_one_boolean_reading(value, expected):
+    assert _inputs.as_bool(value) is expected
+
+
+def test_one_port_reading():
+    assert _inputs.as_port("8888") == 8888 and _inputs.as_port(0) is None and _inputs.as_port(70000) is None
+    assert _inputs.as_port(True) is None and _inputs.as_port(0, low=0) == 0
+
+
+@pytest.mark.parametrize("value, low, high, low_open, found", [
+    (0.5, 0, 1, True, False), (1, 0, 1, True, False), (0, 0, 1, True, True), (1.01, 0, 1, True, True),
+    (-1, 0, None, False, True), (0, 0, None, False, False), ("nope", 0, None, False, False),
+])
+def test_ranges(value, low, high, low_open, found):
+    assert bool(_inputs.range_problem(value, low, high, low_open, number=_inputs.as_float)) == found
+
+
+def test_dspark_group_on_the_parent_group_is_one_message():
+    """dspark_group written once for the parent group dspark: one line naming that, not one per rank and address."""
+    hostvars = pair({"dspark_group": "dspark"})
+    hostvars.update({"b-head": dict(BASE, dspark_group="dspark", dspark_rank=0, dspark_fabric_address="10.77.77.1"),
+                     "b-worker": dict(BASE, dspark_group="dspark", dspark_rank=1, dspark_fabric_address="10.77.77.2")})
+    groups = {"all": list(hostvars), "dspark": list(hostvars), "pair_a": ["a-head", "a-worker"], "pair_b": ["b-head", "b-worker"]}
+    action, dummy = make_action()
+    result = action.run(task_vars={"hostvars": hostvars, "groups": groups, "ansible_play_hosts_all": list(hostvars)})
+    assert result["errors"] == [result["errors"][0]] and result["errors"][0].startswith(
+        "group dspark: dspark_group='dspark' names the parent group itself: it is set in the vars of the parent group dspark"), result
+    for values in hostvars.values():
+        values["dspark_group"] = "pair_a"
+    result = action.run(task_vars={"hostvars": hostvars, "groups": groups, "ansible_play_hosts_all": list(hostvars)})
+    assert len(result["errors"]) == 1 and "also on b-head, b-worker outside group pair_a" in result["errors"][0], result
