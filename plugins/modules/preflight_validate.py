@@ -22,7 +22,7 @@ description:
     value that cannot be templated per variable; checks that the fabric address is not the management address,
     the HCA list syntax.
   - Runs every role's own input rules (C(plugins/plugin_utils/_role_rules.py), which the roles run at their start
-    through P(dspark.cluster.role_inputs#module)) for every member: the checkpoint's revision (a pinned commit),
+    through P(dspark.cluster.role_inputs#module)) for every member, the checkpoint's revision (a pinned commit),
     mode, source rank, paths, SCP, NFS and download settings and URLs; the export's node, clients, path, options
     and files; the serve role's ranges, keys and closed-by-default API. Numbers out of range, secrets with control
     characters and relative paths each have their own message; C(dspark_group) set for the parent group

@@ -11,7 +11,7 @@ module: role_inputs
 short_description: Check one role's inputs with the rules preflight runs, at the role's start
 version_added: 0.1.0
 description:
-  - Runs the input rules of one role of the collection (C(plugins/plugin_utils/_role_rules.py)) on this host: the same
+  - Runs the input rules of one role of the collection (C(plugins/plugin_utils/_role_rules.py)) on this host, the same
     rules P(dspark.cluster.preflight_validate#module) runs for every host of the run before any change, so that a role
     run alone (C(--tags), or the role in another playbook) still stops on bad input before it changes anything.
   - This host's values are the task's (inventory, play, role defaults, extra vars); the other members of its serving

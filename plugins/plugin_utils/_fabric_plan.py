@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _findings, _group_model
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _findings, _group_model, _inputs
 
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 # NCCL_IB_HCA: an optional ^ (exclude) and = (exact match), then device[:port] separated by commas.
@@ -30,18 +30,9 @@ HEAD_PORT_OFFSET = 100
 
 
 def _int(value, default=0):
-    """Jinja's ``| int``: a number, else ``default``."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        try:
-            return int(float(str(value).strip()))
-        except ValueError:
-            return default
+    """An integer input (the collection's one reading, plugin_utils._inputs.as_int), else ``default``."""
+    number = _inputs.as_int(value)
+    return default if number is None else number
 
 
 def _float(value):

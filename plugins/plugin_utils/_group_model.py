@@ -11,20 +11,12 @@ Pure Python, no Ansible imports: ``hostvars`` is any mapping of host -> mapping 
 
 from __future__ import annotations
 
-import re
-
-_INT_RE = re.compile(r"^\s*[-+]?\d+\s*$")
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs
 
 
 def as_int(value):
-    """The integer an inventory value stands for (an int, never a bool, or a string of digits), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and _INT_RE.match(value):
-        return int(value)
-    return None
+    """The integer an inventory value stands for (the collection's one reading: plugin_utils._inputs.as_int)."""
+    return _inputs.as_int(value)
 
 
 def membership_problem(name, known, member):

@@ -4,7 +4,6 @@ import pytest
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _findings
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _nfs_plan as nfs
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _plan_vars as plan
 from ansible_collections.dspark.cluster.plugins.filter.nfs_export_problems import FilterModule
 
 CIDR = "192.168.100.0/24"
