@@ -9,6 +9,9 @@ fleet report) the time it spent out of rotation (drain set -> back in rotation),
 Needs the fleet lab up and converged with its router (make lab-fleet; ansible-playbook -i
 inventories/lab-fleet/hosts.yml site.yml). Without it: prints why and exits 0 without a result
 (BENCH_REQUIRED=1 makes that exit 1), so `make bench` on the pair lab still runs the others.
+
+BENCH_LAB=real: the REAL-ENGINE lab instead (`make lab-real site-real`): its real vLLM group (CPU build, the lab's tiny
+model) is rolled while its simulated group serves, through its router; 16-token answers at BENCH_RATE (default 1/s).
 """
 
 import os
@@ -25,8 +28,25 @@ import routerlab as lab  # noqa: E402  pylint: disable=wrong-import-position
 import fleetlab  # noqa: E402  pylint: disable=wrong-import-position
 from benchlib import machine, write_result  # noqa: E402  pylint: disable=wrong-import-position
 
-RESULT = ROOT / "bench" / "results" / "router_roll.json"
-RATE = float(os.environ.get("BENCH_RATE", "4"))
+LABS = {
+    "fleet": {"result": "router_roll.json", "inventory": lab.INVENTORY, "url": lab.ROUTER_URL, "rate": "4",
+              "load": {}, "groups": None,
+              "lab": "SIMULATED fleet (inventories/lab-fleet): 3 groups (2+2+3 nodes), simulator at 0.05 s per token "
+                     "(about 1 s per answer), router spark-router",
+              "roll": "dspark-fleet reprovision --rolling (--max-unavailable 1), site.yml per group, restart forced"},
+    "real": {"result": "real_engine_roll.json", "inventory": str(ROOT / "inventories" / "lab-real" / "hosts.yml"),
+             "url": "http://127.0.0.1:18081", "rate": "1", "groups": "real_pair",
+             "load": {"model": "tiny-llama", "api_key": "lab-real-key-5e1d", "max_tokens": 16, "expect": None},
+             "lab": "REAL-ENGINE lab (inventories/lab-real): real_pair = REAL vLLM (CPU build 0.32.0, lab/engine), the "
+                    "lab's tiny model, TP=2 over Gloo; sim_pair = the simulator under the same model name and keys; "
+                    "router spark-rrouter; 5 lab containers on one 2-core machine",
+             "roll": "dspark-fleet reprovision --rolling --groups real_pair: the real group drained, site.yml with the "
+                     "restart forced (a real engine start), proven, back in rotation; sim_pair serves meanwhile"},
+}
+LAB_NAME = os.environ.get("BENCH_LAB", "fleet")
+LAB = LABS[LAB_NAME]
+RESULT = ROOT / "bench" / "results" / LAB["result"]
+RATE = float(os.environ.get("BENCH_RATE", LAB["rate"]))
 STEADY_SECONDS = int(os.environ.get("BENCH_STEADY_SECONDS", "60"))
 GOAL_FAILED = 0
 
@@ -47,24 +67,34 @@ def phase(summary, seconds):
     }
 
 
+def real_problem():
+    """None when the real-engine lab is up and its router answers with both groups in it, else the reason."""
+    status = subprocess.run(["bash", str(ROOT / "lab" / "real.sh"), "status"], capture_output=True, text=True,
+                            timeout=300, check=False)
+    if status.returncode != 0 or "spark-rrouter" not in status.stdout:
+        return "the real-engine lab (with its router) is not up: make lab-real site-real"
+    return None
+
+
 def main():
-    problem = lab.fleet_problem()
+    problem = lab.fleet_problem() if LAB_NAME == "fleet" else real_problem()
     if problem:
         print("bench_router_roll: SKIPPED: %s" % problem)
         return 1 if os.environ.get("BENCH_REQUIRED") == "1" else 0
 
     started = time.monotonic()
-    steady_records, steady = loadclient.run_load(lab.ROUTER_URL, int(RATE * STEADY_SECONDS), RATE)
+    steady_records, steady = loadclient.run_load(LAB["url"], int(RATE * STEADY_SECONDS), RATE, **LAB["load"])
     steady_seconds = time.monotonic() - started
 
-    groups = lab.serving_groups()
+    groups = lab.serving_groups() if LAB["groups"] is None else LAB["groups"].split(",")
+    only = [] if LAB["groups"] is None else ["--groups", LAB["groups"]]
     artifacts = ROOT / ".dspark-fleet" / ("bench-roll-%d" % time.time())
-    load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 1800), rate=RATE).start()
+    load = loadclient.Load(LAB["url"], count=int(RATE * 1800), rate=RATE, **LAB["load"]).start()
     roll_started = time.monotonic()
     time.sleep(5)
     try:
-        rc, out = fleetlab.fleet("reprovision", "-i", lab.INVENTORY, "--rolling", "--plain", "--artifacts", artifacts,
-                                 "-e", '{"serve_force_restart": true}')
+        rc, out = fleetlab.fleet("reprovision", "-i", LAB["inventory"], "--rolling", *only, "--plain", "--artifacts",
+                                 artifacts, "-e", '{"serve_force_restart": true}')
     finally:
         time.sleep(5)
         load.stop()
@@ -91,14 +121,14 @@ def main():
         })
     all_rolled = rc == 0 and all(g["result"] == "converged" for g in per_group)
     result = {
-        "benchmark": "requests through the fleet lab's router (HAProxy) during a rolling reprovision of every group",
+        "benchmark": "requests through the %s lab's router (HAProxy) during a rolling reprovision"
+                     % ("fleet" if LAB_NAME == "fleet" else "real-engine"),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
         "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                      text=True, check=False).stdout.strip(),
-        "lab": "SIMULATED fleet (inventories/lab-fleet): 3 groups (2+2+3 nodes), simulator at 0.05 s per token "
-               "(about 1 s per answer), router spark-router",
-        "roll": "dspark-fleet reprovision --rolling (--max-unavailable 1), site.yml per group, restart forced",
+        "lab": LAB["lab"],
+        "roll": LAB["roll"],
         "load": {"rate_per_s": RATE, "streamed": "every second request", "client": "tests/fleet/loadclient.py",
                  "schedule": "open loop, fixed rate; the roll's load stops 5 s after the last group is back"},
         "steady_state": phase(steady, steady_seconds),

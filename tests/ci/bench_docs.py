@@ -156,6 +156,21 @@ BENCHMARKS = {
                     ("p99 latency, steady (s)", "steady_state.latency_p99_s"),
                     ("out of rotation per group (s)", "groups.*.out_of_rotation_s")],
     },
+    "real_engine_roll.json": {
+        "title": "Requests through the router during a rolling reprovision (real engine)",
+        "script": "bench/bench_router_roll.py",
+        "measures": "The same as the fleet lab's roll benchmark (`BENCH_LAB=real`), on the real-engine lab: its real "
+                    "vLLM group is drained, restarted (a real engine start), proven and put back while its "
+                    "simulated group serves, under a steady load of 16-token answers with an API key.",
+        "numbers": [("load (requests/s)", "load.rate_per_s"),
+                    ("during the roll: sent", "during_roll.requests_sent"),
+                    ("during the roll: failed", "during_roll.requests_failed"),
+                    ("during the roll: incomplete streams", "during_roll.incomplete"),
+                    ("p50 latency during the roll (s)", "during_roll.latency_p50_s"),
+                    ("p99 latency during the roll (s)", "during_roll.latency_p99_s"),
+                    ("p50 latency, steady (s)", "steady_state.latency_p50_s"),
+                    ("out of rotation per group (s)", "groups.*.out_of_rotation_s")],
+    },
 }
 
 INTRO = """\

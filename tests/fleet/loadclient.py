@@ -56,7 +56,13 @@ def percentile(values, fraction):
     return ordered[max(0, min(len(ordered) - 1, int(math.ceil(fraction * len(ordered))) - 1))]
 
 
-def one_request(parts, index, stream, model, api_key, timeout, max_tokens):
+def reply_ok(text, expect):
+    """The simulator answers 'OK...'; a real engine with random weights answers anything: then (expect None) any
+    non-empty text is a reply."""
+    return text.startswith(expect) if expect else bool(text)
+
+
+def one_request(parts, index, stream, model, api_key, timeout, max_tokens, expect='OK'):
     """Send one chat completion; return its record (never raises)."""
     body = {'model': model, 'messages': [{'role': 'user', 'content': 'load request %d: reply with OK.' % index}],
             'stream': stream}
@@ -96,11 +102,11 @@ def one_request(parts, index, stream, model, api_key, timeout, max_tokens):
                 content.append((choice.get('delta') or {}).get('content') or '')
                 if choice.get('finish_reason'):
                     record['finish_reason'] = choice['finish_reason']
-            record['complete'] = done and record['finish_reason'] is not None and ''.join(content).startswith('OK')
+            record['complete'] = done and record['finish_reason'] is not None and reply_ok(''.join(content), expect)
             if not record['complete']:
                 record['error'] = 'stream ended without %s' % (
                     'a finish_reason and [DONE]' if not done and not record['finish_reason']
-                    else '[DONE]' if not done else 'a finish_reason' if not record['finish_reason'] else 'the OK reply')
+                    else '[DONE]' if not done else 'a finish_reason' if not record['finish_reason'] else 'the reply')
         else:
             raw = resp.read()
             if resp.status == 200:
@@ -108,9 +114,9 @@ def one_request(parts, index, stream, model, api_key, timeout, max_tokens):
                 choice = (answer.get('choices') or [{}])[0]
                 record['finish_reason'] = choice.get('finish_reason')
                 text = (choice.get('message') or {}).get('content') or ''
-                record['complete'] = record['finish_reason'] is not None and text.startswith('OK')
+                record['complete'] = record['finish_reason'] is not None and reply_ok(text, expect)
                 if not record['complete']:
-                    record['error'] = 'answer without a finish_reason or the OK reply'
+                    record['error'] = 'answer without a finish_reason or the reply'
             else:
                 record['error'] = 'HTTP %d: %s' % (resp.status, raw[:200].decode('utf-8', 'replace'))
         record['ok'] = resp.status == 200 and record['complete']
@@ -127,13 +133,14 @@ class Load:
     """COUNT requests at RATE per second in background threads; every `stream_every`-th one streams."""
 
     def __init__(self, url, count, rate, model='deepseek-v4-flash', api_key=None, timeout=120.0, max_tokens=None,
-                 stream_every=2, allowed_networks=(), max_in_flight=256):
+                 stream_every=2, allowed_networks=(), max_in_flight=256, expect='OK'):
         if count < 1 or rate <= 0:
             raise ValueError('count must be >= 1 and rate > 0')
         self.parts = check_target(url, allowed_networks)
         self.url, self.count, self.rate = url, count, rate
         self.model, self.api_key, self.timeout, self.max_tokens = model, api_key, timeout, max_tokens
         self.stream_every = stream_every
+        self.expect = expect
         self.records = []
         self.lock = threading.Lock()
         self.slots = threading.BoundedSemaphore(max_in_flight)
@@ -146,7 +153,7 @@ class Load:
     def _work(self, index):
         try:
             record = one_request(self.parts, index, self.stream_every > 0 and index % self.stream_every == 1,
-                                 self.model, self.api_key, self.timeout, self.max_tokens)
+                                 self.model, self.api_key, self.timeout, self.max_tokens, self.expect)
             with self.lock:
                 self.records.append(record)
         finally:

@@ -5,10 +5,13 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The fleet suites' load client and roll checks (tests/fleet) serve the real-engine lab's router too.
+sys.path.insert(0, str(ROOT / "tests" / "fleet"))
 BIN = ROOT / ".venv" / "bin"
 INVENTORY = ROOT / "inventories" / "lab-real" / "hosts.yml"
 STATE = pathlib.Path(os.environ.get("DSPARK_LAB_STATE", ROOT / ".lab"))
@@ -20,6 +23,9 @@ HEAD_API = "http://10.233.0.11:%d/v1" % GROUP_VARS["dspark_api_port"]
 KEYS = GROUP_VARS["serve_api_keys"]
 MODEL_NAME = GROUP_VARS["serve_served_model_name"]
 CONTAINER = "dspark-vllm"
+# The lab's router (spark-rrouter, group dspark_router): port 8080 published on 127.0.0.1:18081.
+ROUTER_URL = "http://127.0.0.1:18081"
+SIM_GROUP = "sim_pair"
 MODEL = json.loads((STATE / "model" / "model.json").read_text())
 # The lab Hugging Face endpoint's sentinel token (lab/hf_endpoint; read when the suite runs, the lab is up by then).
 TOKEN_FILE = STATE / "hf_endpoint" / "lab-real" / "token"
@@ -39,6 +45,7 @@ def playbook(name, *args, timeout=1800, env=None):
 
 
 def fleet(*args, timeout=1800):
+    """(rc, output) of dspark-fleet (the venv's console script)."""
     return run([BIN / "dspark-fleet", *args], timeout=timeout)
 
 
