@@ -121,8 +121,7 @@ def main():
         })
     all_rolled = rc == 0 and all(g["result"] == "converged" for g in per_group)
     result = {
-        "benchmark": "requests through the %s lab's router (HAProxy) during a rolling reprovision"
-                     % ("fleet" if LAB_NAME == "fleet" else "real-engine"),
+        "benchmark": "requests through the %s lab's router (HAProxy) during a rolling reprovision" % LAB_NAME,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
         "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
