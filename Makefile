@@ -94,7 +94,8 @@ unit: venv
 
 # The newest ansible-core the collection supports (requirements-newest.txt; 2.21 needs Python 3.12+, taken from
 # pyenv when it is not on PATH): the plugins' unit tests, which reach core internals (tp_ranks' member
-# connections, modules built and run from an action), in a venv of their own.
+# connections, modules built and run from an action), and dspark-fleet's (ansible-runner driving 2.21's
+# ansible-playbook), in a venv of their own.
 NEWEST_VENV := .venv-newest
 NEWEST_PYTHON ?= $(shell for p in $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HOME)/.pyenv/versions/3.12*/bin/python3 \
 	python3.13 python3.12; do "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && { echo "$$p"; break; }; done)
@@ -105,7 +106,7 @@ $(NEWEST_VENV)/.installed: requirements-newest.txt
 	touch $@
 
 unit-newest: $(NEWEST_VENV)/.installed
-	$(NEWEST_VENV)/bin/pytest -q -p no:cacheprovider tests/unit/plugins
+	$(NEWEST_VENV)/bin/pytest -q -p no:cacheprovider tests/unit/plugins tests/unit/fleet
 
 # ansible-lint's production profile and ansible-test sanity under the newest ansible-core.
 lint-newest: $(NEWEST_VENV)/.installed
