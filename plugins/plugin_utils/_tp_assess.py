@@ -11,6 +11,7 @@ imports, no I/O.
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_loglines import (
     _INIT_RE, evidence_line, rank_kv_marker, rank_records, ready_markers, split_boots)
@@ -31,7 +32,7 @@ _GONE_STATES = ('missing', 'absent', 'not_found', 'notfound', 'removed', 'removi
 _STOPPED_STATES = ('exited', 'dead', 'stopped')
 
 
-def _container_diagnosis(rank, node, state, exit_code):
+def _container_diagnosis(rank, node, state, exit_code, oom_killed=None):
     """Failure/warning for a non-running container, or None."""
     state_l = str(state).strip().lower() if state is not None else None
     code = as_int(exit_code)
@@ -40,7 +41,7 @@ def _container_diagnosis(rank, node, state, exit_code):
         return None
     base = {'rank': rank, 'node': node, 'category': 'container', 'root_cause': False, 'count': 1,
             'lineno': None, 'line': None,
-            'details': {'container_state': state, 'exit_code': exit_code}}
+            'details': {'container_state': state, 'exit_code': exit_code, 'oom_killed': oom_killed}}
     if code is not None and code != 0:
         base.update(code='container_exited', signature='container_exited', severity='fatal',
                     cause='The container of rank {0} on {1} exited with code {2} (state {3}).'.format(
@@ -66,6 +67,106 @@ def _container_diagnosis(rank, node, state, exit_code):
                     fix='Wait for it or restart the whole group.')
         return base
     return None
+
+
+# SIGKILL (128 + 9): `docker kill`, the kernel's OOM killer, or docker's SIGKILL after the stop grace period.
+KILLED_EXIT_CODES = (137,)
+_ENDED_STATES = ('exited', 'dead')
+_DOCKER_TIME_RE = re.compile(r'^(?P<base>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?'
+                             r'(?P<tz>Z|[+-]\d\d:\d\d)?$')
+
+
+def docker_time(value):
+    """Seconds since the epoch of a docker State time (RFC 3339, nanoseconds, trailing zeros cut); None if unset.
+
+    docker inspect writes 0001-01-01T00:00:00Z for a time that never happened (FinishedAt of a running container).
+    """
+    match = _DOCKER_TIME_RE.match(str(value or '').strip())
+    if not match or match.group('base').startswith('0001-'):
+        return None
+    try:
+        stamp = datetime.strptime(match.group('base'), '%Y-%m-%dT%H:%M:%S').replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    seconds = stamp.timestamp() + float('0.' + (match.group('frac') or '0'))
+    zone = match.group('tz') or 'Z'
+    if zone != 'Z':
+        sign = -1 if zone[0] == '+' else 1
+        seconds += sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    return seconds
+
+
+def container_killed(exit_code, oom_killed=None):
+    return oom_killed is True or as_int(exit_code) in KILLED_EXIT_CODES
+
+
+def first_failure(per_rank):
+    """The rank whose container failed first, as {rank, node, exit_code, killed, oom_killed, finished_at, why}, or None.
+
+    per_rank: assess_group's 'ranks' entries. Only containers that ended (exited or dead) are candidates: the one that
+    finished first when docker knows every candidate's FinishedAt and one is the earliest; else the only one killed
+    (exit code 137 or OOMKilled); else the only one that ended while another rank's container still runs. None when
+    the containers cannot tell (the logs decide then).
+    """
+    def state(item):
+        return str(item.get('container_state') or '').strip().lower()
+
+    ended = [r for r in per_rank if state(r) in _ENDED_STATES]
+    if not ended:
+        return None
+    running = [r for r in per_rank if state(r) == 'running']
+    times = [docker_time(r.get('finished_at')) for r in ended]
+    killed = [r for r in ended if container_killed(r.get('exit_code'), r.get('oom_killed'))]
+    pick, why = None, None
+    if len(ended) > 1 and None not in times:
+        earliest = min(times)
+        if times.count(earliest) == 1:
+            pick, why = ended[times.index(earliest)], 'ended_first'
+    if pick is None and len(killed) == 1:
+        pick, why = killed[0], 'killed'
+    if pick is None and len(ended) == 1 and running:
+        pick, why = ended[0], 'ended_while_others_run'
+    if pick is None:
+        return None
+    finished = pick.get('finished_at') if docker_time(pick.get('finished_at')) is not None else None
+    return {'rank': pick['rank'], 'node': pick['node'], 'state': state(pick),
+            'exit_code': as_int(pick.get('exit_code')),
+            'killed': container_killed(pick.get('exit_code'), pick.get('oom_killed')),
+            'oom_killed': pick.get('oom_killed') is True, 'finished_at': finished, 'why': why,
+            'running': [{'rank': r['rank'], 'node': r['node']} for r in running]}
+
+
+def killed_text(oom_killed):
+    """'killed' phrase of a container's exit: the OOM killer when docker says so, else SIGKILL's usual senders."""
+    if oom_killed is True:
+        return 'killed by the kernel\'s OOM killer (OOMKilled)'
+    return 'killed (SIGKILL: docker kill, the kernel\'s OOM killer or docker\'s stop timeout)'
+
+
+def _mark_first_failure(failures, first):
+    """The first-failed rank's diagnoses get first_failure; the other ranks' consequences get consequence_of."""
+    for failure in failures:
+        if failure.get('rank') == first['rank']:
+            failure['first_failure'] = True
+            if failure.get('category') == 'container':
+                _describe_first(failure, first)
+        elif failure.get('rank') is not None and not failure.get('root_cause'):
+            failure['consequence_of'] = first['rank']
+
+
+def _describe_first(failure, first):
+    failure['details'].update(killed=first['killed'], oom_killed=first['oom_killed'],
+                              finished_at=first['finished_at'], first_failure=first['why'])
+    extra = []
+    if first['killed']:
+        extra.append(killed_text(first['oom_killed']))
+        failure['fix'] = ('Find what killed it (`docker events`, dmesg or journalctl -k on {0} for the OOM killer, '
+                          'the node\'s memory), then restart the head and all workers together.'.format(first['node']))
+    when = ' at {0}'.format(first['finished_at']) if first['finished_at'] else ''
+    others = ', '.join('rank {0} on {1}'.format(r['rank'], r['node']) for r in first['running'])
+    extra.append('this rank failed first{0}{1}; the other ranks\' errors are consequences'.format(
+        when, ' while {0} still ran'.format(others) if others else ''))
+    failure['cause'] = failure['cause'].rstrip('.') + ': ' + '; '.join(extra) + '.'
 
 
 def _tagged(diag, rank, node, **extra):
@@ -150,7 +251,8 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
                     and diag['lineno'] > markers['startup_complete']['lineno']):
                 head_fatal_after_ready = True
 
-        cont = _container_diagnosis(key, node, entry.get('container_state'), entry.get('exit_code'))
+        cont = _container_diagnosis(key, node, entry.get('container_state'), entry.get('exit_code'),
+                                    entry.get('oom_killed'))
         if cont is not None:
             (failures if cont['severity'] == 'fatal' else warnings).append(cont)
         if key == 0:
@@ -160,6 +262,7 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
 
         per_rank.append({'rank': key, 'node': node, 'boots': len(boots), 'lines': len(current),
                          'container_state': entry.get('container_state'), 'exit_code': entry.get('exit_code'),
+                         'oom_killed': entry.get('oom_killed'), 'finished_at': entry.get('finished_at'),
                          'kv_cache_ready': kv is not None, 'kv_cache': kv,
                          'ready': _rank_ready(key, kv, diags, cont, markers)})
 
@@ -222,12 +325,15 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
     head_ready = bool(head_markers and head_markers['ready'] and not head_fatal_after_ready)
     failures.sort(key=lambda d: (d['rank'] is None, d['rank'] if d['rank'] is not None else 0,
                                  d['lineno'] or 0))
+    first = first_failure(per_rank) if failures else None
+    if first is not None:
+        _mark_first_failure(failures, first)
 
     ok = (not missing and consistent and world_sizes == set([expected]) and head_ready and not failures)
     seen_sizes = sorted(world_sizes | set(r['world_size'] for r in registered_list))
     return {
         'ok': ok,
-        'msg': _summary(expected, registered_list, missing, methods, head_ready, failures, entries),
+        'msg': _summary(expected, registered_list, missing, methods, head_ready, failures, entries, first),
         'expected_world_size': expected,
         'expected_ranks': expected_ranks,
         'registered_ranks': registered_list,
@@ -247,6 +353,8 @@ def assess_group(expected_world_size, logs_by_rank, last_boot_only=True):
         'head_ready': head_ready,
         'head_markers': head_markers,
         'failures': failures,
+        # The rank whose container failed first (killed, or ended first): the others' errors follow from it.
+        'first_failure': first,
         'warnings': warnings,
         'ranks': per_rank,
     }
@@ -377,7 +485,7 @@ def _local_rank0_vouches(records, key, node):
     return out
 
 
-def _summary(expected, registered, missing, methods, head_ready, failures, entries):
+def _summary(expected, registered, missing, methods, head_ready, failures, entries, first=None):
     def where(rank):
         entry = entries.get(rank) or {}
         return 'rank {0} ({1})'.format(rank, entry.get('node') or 'unknown node')
@@ -388,12 +496,29 @@ def _summary(expected, registered, missing, methods, head_ready, failures, entri
     if missing:
         parts.append('missing: ' + ', '.join(where(r) for r in missing))
     parts.append('head ready' if head_ready else 'head not ready')
+    if first is not None:
+        # The rank that failed first (its own log's root cause, else its container's end), then the first of the
+        # others' consequences that names a cause.
+        own = sorted((f for f in failures if f.get('first_failure')),
+                     key=lambda f: (not f.get('root_cause'), f['code'] in CASCADE_CODES))
+        if own:
+            parts.append('{0} failed first: {1}: {2} Fix: {3}'.format(where(first['rank']), own[0]['code'],
+                                                                     own[0]['cause'], own[0]['fix']))
+        rest = [f for f in failures if not f.get('first_failure')]
+        rest = sorted(rest, key=lambda f: (f.get('consequence_of') is not None, f.get('category') == 'container',
+                                           f['code'] in CASCADE_CODES))
+        if rest:
+            other = rest[0]
+            loc = where(other['rank']) if other.get('rank') is not None else 'group'
+            parts.append('{0}{1}: {2}: {3}'.format('consequence: ' if other.get('consequence_of') is not None else '',
+                                                   loc, other['code'], other['cause']))
+        return '; '.join(parts)
     # No root cause in any log (a peer lost while serving): the first consequence that names a cause, before the
     # cascade's "see the stack trace above" lines.
     roots = ([f for f in failures if f.get('root_cause')] or [f for f in failures if f['code'] not in CASCADE_CODES]
              or failures)
     if roots:
-        first = roots[0]
-        loc = where(first['rank']) if first.get('rank') is not None else 'group'
-        parts.append('{0}: {1}: {2} Fix: {3}'.format(loc, first['code'], first['cause'], first['fix']))
+        top = roots[0]
+        loc = where(top['rank']) if top.get('rank') is not None else 'group'
+        parts.append('{0}: {1}: {2} Fix: {3}'.format(loc, top['code'], top['cause'], top['fix']))
     return '; '.join(parts)

@@ -36,9 +36,39 @@ def make_diag(code, rank, node, cause, fix, evidence, severity='fatal', root_cau
 
 
 def _from_failure(failure):
-    return make_diag(failure['code'], failure.get('rank'), failure.get('node'), failure.get('cause'),
+    diag = make_diag(failure['code'], failure.get('rank'), failure.get('node'), failure.get('cause'),
                      failure.get('fix'), failure.get('line'), failure.get('severity', 'fatal'),
                      bool(failure.get('root_cause')))
+    for key in ('first_failure', 'consequence_of'):
+        if failure.get(key) is not None:
+            diag[key] = failure[key]
+    return diag
+
+
+# What the API probe reports after a rank died: the head's HTTP 500, no answer, an empty answer, a wedge.
+_PROBE_CONSEQUENCES = ('generation_failed', 'generation_timeout', 'generation_empty', 'wedged')
+
+
+def mark_consequences(diagnoses, first):
+    """Diagnoses found outside the logs (the API probe, restarts) that follow from the first-failed rank."""
+    if not first:
+        return diagnoses
+    out = []
+    for diag in diagnoses:
+        if diag.get('rank') == first['rank'] or diag.get('rank') is None or 'consequence_of' in diag \
+                or diag.get('first_failure'):
+            out.append(diag)
+            continue
+        if not diag.get('root_cause') or diag.get('code') in _PROBE_CONSEQUENCES:
+            diag = dict(diag, consequence_of=first['rank'])
+        out.append(diag)
+    return out
+
+
+def first_failure_order(diag):
+    """Sort key: the first-failed rank's diagnoses, then the other root causes, then the consequences (as found)."""
+    consequence = diag.get('consequence_of') is not None
+    return (not diag.get('first_failure'), consequence, not diag['root_cause'] and not consequence)
 
 
 def access_diagnoses(plan, observations, unreachable, streaks):
@@ -116,8 +146,8 @@ def assessment_diagnoses(assessment):
     def order(diag):
         demoted = diag['code'] == 'rendezvous_timeout' and diag['rank'] == 0 and others_root
         # "See the stack trace above" lines of the worker -> engine -> API cascade go after what names a cause.
-        return (not diag['root_cause'], diag['code'] in CASCADE_CODES, demoted, diag['rank'] is None,
-                diag['rank'] if diag['rank'] is not None else 0)
+        return first_failure_order(diag) + (diag['code'] in CASCADE_CODES, demoted, diag['rank'] is None,
+                                            diag['rank'] if diag['rank'] is not None else 0)
     return sorted(diags, key=order)
 
 
@@ -260,10 +290,27 @@ def where(diag, group=None):
 
 
 def failure_message(plan, diagnoses, elapsed, limit=3):
-    """One-paragraph reason naming rank, node, cause and fix of the first (root-cause) diagnoses."""
-    roots = [d for d in diagnoses if d.get('root_cause')] or list(diagnoses)
+    """One-paragraph reason naming rank, node, cause and fix of the first (root-cause) diagnoses.
+
+    When a rank failed first (its container killed or ended first), its diagnoses lead, the other root causes follow,
+    and the other ranks' consequences are summed up in one part per rank ("rank 0 on h: lost its peer rank 1
+    (consequence: peer_lost, engine_dead)").
+    """
+    consequences = [d for d in diagnoses if d.get('consequence_of') is not None]
+    if any(d.get('first_failure') for d in diagnoses):
+        roots = [d for d in diagnoses if d.get('first_failure')] + [
+            d for d in diagnoses if d.get('root_cause') and not d.get('first_failure') and d not in consequences]
+    else:
+        consequences = []
+        roots = [d for d in diagnoses if d.get('root_cause')] or list(diagnoses)
     parts = ['%s: %s: %s Fix: %s' % (where(d, plan['group']), d['code'], d['cause'], d['fix']) for d in roots[:limit]]
-    more = len(diagnoses) - min(len(roots), limit)
+    by_rank = {}
+    for diag in consequences:
+        by_rank.setdefault((diag['rank'], diag.get('node'), diag['consequence_of']), []).append(diag['code'])
+    for (rank, node, peer), codes in by_rank.items():
+        parts.append('rank %s on %s: lost its peer rank %s (consequence: %s)' % (
+            rank, node or 'unknown node', peer, ', '.join(sorted(set(codes), key=codes.index))))
+    more = len(diagnoses) - min(len(roots), limit) - len(consequences)
     text = 'TP group %s (%d ranks) is not serving after %.1f s: %s' % (
         plan['group'], plan['world_size'], elapsed, ' | '.join(parts) if parts else 'unknown reason')
     if more > 0:
@@ -308,9 +355,10 @@ def evaluate_round(plan, assessment, judgement, extra, settle):
     diags = list(extra) + assessment_diagnoses(assessment)
     if judgement.get('failure'):
         diags.append(_with_stall_evidence(judgement['failure'], assessment))
+    diags = mark_consequences(diags, assessment.get('first_failure'))
     fatal = [d for d in diags if d['severity'] == 'fatal']
     if fatal:
-        fatal.sort(key=lambda d: not d['root_cause'])
+        fatal.sort(key=first_failure_order)
         if any(d['root_cause'] for d in fatal) or settle >= SETTLE_ROUNDS:
             return 'failed', fatal
         return 'waiting', fatal
@@ -336,7 +384,15 @@ def missing_view(plan, assessment):
 
 def public_diagnoses(diagnoses):
     keys = ('code', 'rank', 'node', 'cause', 'fix', 'evidence', 'severity')
-    return [dict((k, d.get(k)) for k in keys) for d in diagnoses]
+    out = []
+    for diag in diagnoses:
+        item = dict((k, diag.get(k)) for k in keys)
+        # The rank that failed first, and which rank's failure another rank's error follows from.
+        for key in ('first_failure', 'consequence_of'):
+            if diag.get(key) is not None:
+                item[key] = diag[key]
+        out.append(item)
+    return out
 
 
 def warning_view(assessment, limit=20):

@@ -132,7 +132,8 @@ class LogBuffer:
 
 
 def logs_by_rank(plan, observations, buffers):
-    """The ``assess_group`` input: {first rank of node: {node, log, container_state, exit_code}}.
+    """The ``assess_group`` input: {first rank of node: {node, log, container_state, exit_code, oom_killed,
+    finished_at}}.
 
     observations: node -> parse_inspect() result (or None when the node could
     not be reached this round); buffers: node -> LogBuffer.
@@ -148,6 +149,10 @@ def logs_by_rank(plan, observations, buffers):
             'container_state': obs.get('state'),
             'exit_code': obs.get('exit_code'),
         }
+        # When docker said: OOMKilled and FinishedAt tell the rank that failed first.
+        for key in ('oom_killed', 'finished_at'):
+            if obs.get(key) is not None:
+                out[log_key(member)][key] = obs[key]
     return out
 
 

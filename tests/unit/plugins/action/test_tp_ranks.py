@@ -50,6 +50,8 @@ class FakeContainer:
         self.restart_count = 0
         self.started_at = docker_ts(EPOCH - 30)
         self.exists = True
+        self.finished_at = None     # docker_ts(EPOCH + 5) once it is not running, unless set
+        self.oom_killed = False
 
     def at(self, rnd, lines=(), **changes):
         self.schedule.append((rnd, dict(changes, lines=list(lines))))
@@ -61,7 +63,8 @@ class FakeContainer:
             changes = self.schedule[self.applied][1]
             for i, line in enumerate(changes["lines"]):
                 self.lines.append((now + i * 1e-6, line))
-            for key in ("state", "exit_code", "restart_count", "started_at", "exists", "id"):
+            for key in ("state", "exit_code", "restart_count", "started_at", "exists", "id", "finished_at",
+                        "oom_killed"):
                 if key in changes:
                     setattr(self, key, changes[key])
             self.applied += 1
@@ -72,10 +75,11 @@ class FakeContainer:
             "Id": self.id, "Name": "/" + self.name, "RestartCount": self.restart_count,
             "Image": "ghcr.io/anemll/dspark-vllm-gx10:0.1.1",
             "State": {"Status": self.state, "Running": running, "Paused": False,
-                      "Restarting": self.state == "restarting", "OOMKilled": False, "Dead": False,
+                      "Restarting": self.state == "restarting", "OOMKilled": self.oom_killed, "Dead": False,
                       "Pid": 4242 if running else 0, "ExitCode": self.exit_code, "Error": "",
                       "StartedAt": self.started_at,
-                      "FinishedAt": "0001-01-01T00:00:00Z" if running else docker_ts(EPOCH + 5)}})
+                      "FinishedAt": "0001-01-01T00:00:00Z" if running else (
+                          self.finished_at or docker_ts(EPOCH + 5))}})
 
 
 class FakeApi:
@@ -661,3 +665,59 @@ def test_worker_on_a_wrong_master_port_is_named_within_the_bound(monkeypatch):
                                     "a-worker dials tcp://127.0.0.1:29599 (--master-port 29599, not 29511), but rank 0 "
                                     "on a-head hosts the rendezvous store on tcp://127.0.0.1:29511.")
     assert result["diagnosis"][0]["evidence"].endswith("distributed_init_method=tcp://127.0.0.1:29599 backend=gloo")
+
+
+# --------------------------------------------------------------------------- the rank that failed first (issue #29)
+
+
+KILLED_HEAD_LINES = [
+    "(Worker_TP0 pid=287) ERROR 11-29 18:50:02 [multiproc_executor.py:1063] RuntimeError: [/__w/pytorch/pytorch/"
+    "third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:16079",
+    "(EngineCore pid=300) ERROR 11-29 18:50:02 [core.py:1510] EngineCore encountered a fatal error.",
+    "(APIServer pid=1) ERROR 11-29 18:50:03 [async_llm.py:693] vllm.v1.engine.exceptions.EngineDeadError: EngineCore "
+    "encountered an issue. See stack trace (above) for the root cause.",
+]
+
+
+def test_a_killed_worker_leads_and_the_heads_errors_are_its_consequences(monkeypatch):
+    """The worker's container is SIGKILLed (exit 137) while the group serves; the head logs Gloo's lost peer and the
+    engine's death, and the probe's chat completion gets HTTP 500: the worker leads, the head's errors follow."""
+    containers = {"a-head": FakeContainer().at(0, head_lines(2) + KILLED_HEAD_LINES),
+                  "a-worker": FakeContainer().at(0, worker_lines(1, 2), state="exited", exit_code=137,
+                                                 finished_at=docker_ts(EPOCH - 2))}
+    result = run(FakeCluster(containers, FakeApi().at(0, chat=500)), monkeypatch)
+    assert result["failed"] is True
+    first = result["diagnosis"][0]
+    assert (first["code"], first["rank"], first["node"], first["first_failure"]) == (
+        "container_exited", 1, "a-worker", True)
+    assert first["cause"].startswith("The container of rank 1 on a-worker exited with code 137 (state exited): killed")
+    assert "this rank failed first at %s while rank 0 on a-head still ran" % docker_ts(EPOCH - 2) in first["cause"]
+    rest = result["diagnosis"][1:]
+    assert rest and all(d["consequence_of"] == 1 and d["rank"] == 0 for d in rest), rest
+    assert {"peer_lost", "generation_failed"} <= set(d["code"] for d in rest)
+    assert result["msg"].startswith("TP group pair_a (2 ranks) is not serving after 0.0 s: rank 1 on a-worker: "
+                                    "container_exited: The container of rank 1 on a-worker exited with code 137")
+    assert " | rank 0 on a-head: lost its peer rank 1 (consequence: " in result["msg"]
+    assert "more in diagnosis" not in result["msg"]
+
+
+def test_the_container_that_ended_first_leads_when_both_ended(monkeypatch):
+    """Both containers exited (the head after its engine died): docker's FinishedAt says which one went first."""
+    containers = {"a-head": FakeContainer().at(0, head_lines(2) + KILLED_HEAD_LINES, state="exited", exit_code=1,
+                                               finished_at=docker_ts(EPOCH + 3)),
+                  "a-worker": FakeContainer().at(0, worker_lines(1, 2), state="exited", exit_code=143,
+                                                 finished_at=docker_ts(EPOCH + 1.5))}
+    result = run(FakeCluster(containers), monkeypatch)
+    assert diag_tuples(result)[0] == ("container_exited", 1, "a-worker")
+    assert result["diagnosis"][0]["first_failure"] is True and "killed" not in result["diagnosis"][0]["cause"]
+    assert all(d.get("consequence_of") == 1 for d in result["diagnosis"][1:])
+    assert ("container_exited", 0, "a-head") in diag_tuples(result)
+
+
+def test_an_oom_killed_rank_is_named_so(monkeypatch):
+    containers = {"a-head": FakeContainer().at(0, head_lines(2) + KILLED_HEAD_LINES),
+                  "a-worker": FakeContainer().at(0, worker_lines(1, 2), state="exited", exit_code=137,
+                                                 oom_killed=True)}
+    result = run(FakeCluster(containers, FakeApi().at(0, chat=500)), monkeypatch)
+    assert diag_tuples(result)[0] == ("container_exited", 1, "a-worker")
+    assert "killed by the kernel's OOM killer (OOMKilled)" in result["diagnosis"][0]["cause"]
