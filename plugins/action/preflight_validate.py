@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Thin shell: reads the role-prefixed variables of every node (each templated alone) and hands them to
 inventory_rules (the inventory contract), _plan_vars (every role's variables against its argument spec) and
-_role_rules (every role's own input rules)."""
+_role_rules (every role's own input rules; the router's for the hosts of group dspark_router)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan
 
 # The inventory contract, the management address and the fabric role's inputs (its rules run here too).
 NODE_VARS = tuple(dict.fromkeys(inventory_rules.CONTRACT_VARS + ("ansible_host",) + tuple(_fabric_plan.INPUT_VARS.values())))
+
+# The router's hosts (roles/router): checked with the serving groups, whatever the play's hosts.
+ROUTER_GROUP = "dspark_router"
 
 ARGUMENT_SPEC = {
     "play_hosts": {"type": "list", "elements": "str"},
@@ -104,6 +107,17 @@ class ActionModule(ActionBase):
             problems.extend(problem for problem in _role_rules.check_group(name, group["members"], lambda h: cache[h][0], specs,
                                                                            preflight=True)
                             if (problem[0], problem[1]) not in typed)
+        # The router's rules (hosts of group dspark_router, outside the serving groups): its own variables against the
+        # router's argument spec and its rules over the heads it routes to, before any change, as the router role runs them.
+        routers = [host for host in groups.get(ROUTER_GROUP) or [] if host not in wanted]
+        for host in routers:
+            cache[host] = read_host(hostvars, host)
+            found = _plan_vars.check_host(host, cache[host][0], specs, known)
+            typed = {(problem[0], problem[1]) for problem in found}
+            problems.extend(found)
+            problems.extend(problem for problem in _role_rules.check_router(host, cache[host][0], specs, groups, hostvars)
+                            if (problem[0], problem[1]) not in typed)
+        wanted.update(routers)
         # A variable that failed to template is reported once, as such, not again as "not set" by the inventory rules.
         failed = [(host, var) for host in sorted(wanted) for var, value in cache[host][0].items()
                   if isinstance(value, _plan_vars.TemplateFailure)]

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Thin shell: a role's own input rules (plugin_utils._role_rules, the ones preflight runs) at the role's start.
 
-This host's values are the task's (inventory, play, role defaults, -e), each templated alone; the other members of
+The router (role router) is checked as a router host: its values and the heads of the groups it routes to.
+Otherwise this host's values are the task's (inventory, play, role defaults, -e), each templated alone; the other members of
 its serving group are read from hostvars (their unset role variables read the role's default), as preflight reads
 them. Only problems about this host are reported: every member runs the same check.
 """
@@ -74,7 +75,11 @@ class ActionModule(ActionBase):
         name = own.get("dspark_group")
         known = isinstance(name, str) and name in groups
         found = _group_model.membership_problem(name, known, known and host in groups[name])
-        if found:
+        if role in _role_rules.ROUTER_ROLES:
+            # A router is no member of a serving group: its own values and the heads it routes to (from hostvars).
+            specs = _plan_vars.collection_specs()[0]
+            errors = [_findings.message(*problem) for problem in _role_rules.check_router(host, own, specs, groups, hostvars)]
+        elif found:
             errors = [_findings.message(host, "dspark_group", name, *found)]
         else:
             members = list(groups[name])

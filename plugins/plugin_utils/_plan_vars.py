@@ -25,6 +25,9 @@ from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs, _ro
 SPEC_ROLES = ("checkpoint", "docker_runtime", "fabric", "nfs_export", "preflight", "router", "serve")
 PREFIXES = tuple(role + "_" for role in SPEC_ROLES) + ("dspark_",)
 
+# Ports where 0 means "no listener" (the router's plain HTTP port and its stats page).
+PORTS_ZERO_OFF = ("router_port", "router_stats_port")
+
 # Names the lab inventories set for their own use (the key and state directory of lab/lab.sh).
 LAB_NAMES = ("dspark_lab_state",)
 
@@ -229,8 +232,9 @@ def type_problem(name, value, spec):
             return "is not an absolute path", "write the full path starting with / (e.g. %s)" % (spec.get("default") or "/var/lib/dspark/...")
     if kind == "int" and name.endswith("_port"):
         port = int(value)
-        if not 1 <= port <= 65535:
-            return "is not a TCP port", "choose a port in 1-65535"
+        low = 0 if name in PORTS_ZERO_OFF else 1
+        if not low <= port <= 65535:
+            return "is not a TCP port", "choose a port in %d-65535%s" % (low, " (0: none)" if low == 0 else "")
     return None
 
 

@@ -18,10 +18,12 @@ import ipaddress
 import re
 from collections import namedtuple
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model, _inputs, _nfs_plan
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model, _inputs, _nfs_plan, _router_plan
 
 Rule = namedtuple("Rule", "name role variables check doc covered_by")
 RULES = []
+# Roles whose rules read a host outside the serving groups (the router, group dspark_router): check_router runs them.
+ROUTER_ROLES = ("router",)
 
 _SECRET_NAME_RE = re.compile(r"api_?keys?|token|passw|secret|proxy", re.IGNORECASE)
 
@@ -149,15 +151,18 @@ _DERIVED = {
 def check_member(member, roles=None, preflight=False):
     """[(host, variable, value, problem, fix)] of every rule of ``roles`` (all when None) on one member."""
     out = []
+    router = isinstance(member, RouterHost)
     for item in RULES:
         if roles is not None and item.role not in roles:
+            continue
+        if (item.role in ROUTER_ROLES) != router:
             continue
         if preflight and item.covered_by:
             continue
         if any(member.failed(var) for var in item.variables):
             continue  # reported as a variable that cannot be templated
         for var, value, problem, fix in item.check(member) or ():
-            shown = HIDDEN if is_secret(var, member.specs.get(var)) else value
+            shown = HIDDEN if value is not None and is_secret(var, member.specs.get(var)) else value
             out.append((member.host, var, shown, problem, fix))
     return out
 
@@ -171,6 +176,12 @@ def check_group(name, hosts, values_of, specs, roles=None, preflight=False, only
         if only is None or host in only:
             out.extend(check_member(group.members[host], roles, preflight))
     return out
+
+
+def check_router(host, values, specs, groups, hostvars):
+    """[(host, variable, value, problem, fix)] of the router's rules on one host of group dspark_router: its own
+    values (``values``) and the heads of the serving groups it routes to (read from ``hostvars``)."""
+    return check_member(RouterHost(host, values, specs, groups, hostvars))
 
 
 # -- shared input classes ----------------------------------------------------------------------------------------
@@ -693,3 +704,174 @@ def _serve_image(member):
     if isinstance(value, str) and value.strip():
         return []
     return [("serve_image", value or None, "the serving image", "set dspark_image (or serve_image) to the image, pinned by digest")]
+
+
+# -- router (the hosts of group dspark_router, outside the serving groups) ------------------------------------------
+
+class RouterHost:
+    """A router host: its effective inputs, and the fleet as the router sees it (plugin_utils._router_plan)."""
+
+    def __init__(self, host, values, specs, groups, hostvars):
+        self.host = host
+        self.values = values
+        self.specs = specs
+        self.groups = groups or {}
+        self.hostvars = hostvars
+        self._plan = None
+
+    def raw(self, var):
+        return self.values.get(var)
+
+    def __getitem__(self, var):
+        value = self.values.get(var)
+        if value is not None or var == "router_groups":  # router_groups unset: every serving group
+            return value
+        return (self.specs.get(var) or {}).get("default")
+
+    def failed(self, var):
+        return isinstance(self.values.get(var), TemplateFailure)
+
+    @property
+    def plan(self):
+        if self._plan is None:
+            routed = self["router_groups"]
+            self._plan = _router_plan.plan(self.groups, self.hostvars, routed if isinstance(routed, (list, tuple)) else None,
+                                           str(self["router_served_model_name"] or ""), str(self["router_api_key"] or ""))
+        return self._plan
+
+
+_SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+\Z")
+_ADDRESS_RE = re.compile(r"^[A-Za-z0-9_.:-]+\Z")
+_LOOPBACK_ADDRESS_RE = re.compile(r"^(127\.|localhost$|::1$|$)")
+_MODEL_RE = re.compile(r"^[A-Za-z0-9_.:/@+-]+\Z")
+_HEADER_RE = re.compile(r"^[A-Za-z0-9-]+\Z")
+_HEALTH_KEY_RE = re.compile(r"^[\x21-\x7e]*\Z")
+ROUTER_PORTS = ("router_port", "router_tls_port", "router_stats_port")
+ROUTER_HEALTH = ("router_health_interval", "router_health_fast_interval", "router_health_timeout", "router_health_fall",
+                 "router_health_rise", "router_retries")
+
+
+def _tls(router):
+    return bool(router["router_tls_certificate"]) and bool(router["router_tls_key"])
+
+
+@rule("router.groups", ["router_groups"])
+def _router_groups(router):
+    """Every routed group is a group of the inventory with exactly one head (dspark_rank 0), and its name is usable as
+    an HAProxy server name."""
+    out = []
+    shown = list(router.plan["heads"])  # router_groups, or every serving group when it is unset
+    for group, heads in router.plan["heads"].items():
+        if group not in router.groups:
+            out.append(("router_groups", shown, "names %s, which is not a group of the inventory" % group,
+                        "name serving groups (children of dspark) only, or leave router_groups unset for all of them"))
+        elif len(heads) != 1:
+            out.append(("router_groups", shown, "names group %s, which has %d hosts with dspark_rank 0 (%s)"
+                        % (group, len(heads), ", ".join(heads) or "none"), "give group %s exactly one head (dspark_rank: 0)" % group))
+        if not _SERVER_NAME_RE.match(str(group)):
+            out.append(("router_groups", shown, "names %r, which is not usable as an HAProxy server name" % group,
+                        "rename the group: letters, digits, _ . - only"))
+    return out
+
+
+@rule("router.heads", ["router_groups"])
+def _router_heads(router):
+    """Each routed head's management address (dspark_mgmt_address, else ansible_host) is a host name or an address the
+    router can reach (not loopback), and its dspark_api_port is a port."""
+    out = []
+    for server in router.plan["servers"]:
+        address = server["address"]
+        var = "dspark_mgmt_address"
+        if _LOOPBACK_ADDRESS_RE.match(address):
+            out.append((var, address, "of %s (head of %s) is not reachable from a router (dspark_mgmt_address, else ansible_host)"
+                        % (server["head"], server["name"]), "set dspark_mgmt_address on %s to the address the router reaches "
+                        "its API on" % server["head"]))
+        elif not _ADDRESS_RE.match(address):
+            out.append((var, address, "of %s (head of %s) is not a host name or an address" % (server["head"], server["name"]),
+                        "set dspark_mgmt_address on %s to its management address" % server["head"]))
+        if not 1 <= server["port"] <= 65535:
+            out.append(("dspark_api_port", server["port"], "of %s (head of %s) is not a port" % (server["head"], server["name"]),
+                        "set the API port of group %s (1-65535)" % server["name"]))
+    return out
+
+
+@rule("router.model", ["router_groups", "router_served_model_name"])
+def _router_model(router):
+    """The routed groups serve one model name, and the health check can match it safely."""
+    out = []
+    servers = router.plan["servers"]
+    if len({s["model"] for s in servers}) > 1:
+        out.append(("serve_served_model_name", ", ".join("%s=%s" % (s["name"], s["model"]) for s in servers),
+                    "differs between the routed groups: one endpoint serves one model",
+                    "serve the same name everywhere, or route a subset with router_groups"))
+    model = router.plan["model"]
+    if not _MODEL_RE.match(str(model)):
+        var = "router_served_model_name" if router["router_served_model_name"] else "serve_served_model_name"
+        out.append((var, model, "has characters the health check cannot match safely",
+                    "letters, digits and _ . : / @ + - only"))
+    return out
+
+
+@rule("router.tls", ["router_tls_certificate", "router_tls_key"])
+def _router_tls_pair(router):
+    """router_tls_certificate and router_tls_key are both set (TLS) or both empty."""
+    certificate, key = bool(router["router_tls_certificate"]), bool(router["router_tls_key"])
+    if certificate == key:
+        return []
+    missing = "router_tls_key" if certificate else "router_tls_certificate"
+    return [(missing, None, "%s is set without it" % ("router_tls_certificate" if certificate else "router_tls_key"),
+             "set both (PEM) for TLS, or neither")]
+
+
+@rule("router.listeners", list(ROUTER_PORTS) + ["router_tls_certificate", "router_tls_key"])
+def _router_listeners(router):
+    """The listener ports are ports (0-65535), something listens (router_port, or TLS), TLS and the stats page have
+    their own ports."""
+    out = _ranges(router, {var: _int_range(0, 65535) for var in ROUTER_PORTS})
+    if out:
+        return out
+    port, tls_port, stats_port = (_inputs.as_int(router[var]) for var in ROUTER_PORTS)
+    if None in (port, tls_port, stats_port):
+        return []  # the type rule says so
+    if port == 0 and not _tls(router):
+        out.append(("router_port", 0, "turns plain HTTP off, and TLS is not configured: nothing would listen",
+                    "set router_port, or router_tls_certificate and router_tls_key"))
+    if _tls(router) and port == tls_port:
+        out.append(("router_tls_port", tls_port, "is router_port too", "give TLS its own port"))
+    if stats_port > 0 and stats_port in (port, tls_port):
+        out.append(("router_stats_port", stats_port, "is also a listener port (router_port or router_tls_port)",
+                    "give the stats page its own port, or 0 for none"))
+    return out
+
+
+@rule("router.health", list(ROUTER_HEALTH))
+def _router_health(router):
+    """The health check's intervals, timeout, fall and rise, and router_retries, are at least 1."""
+    return _ranges(router, {var: _int_range(1) for var in ROUTER_HEALTH})
+
+
+@rule("router.group_header", ["router_group_header"])
+def _router_group_header(router):
+    """router_group_header is a header name (letters, digits, -) or empty."""
+    value = router["router_group_header"]
+    if not value or _HEADER_RE.match(str(value)):
+        return []
+    return [("router_group_header", value, "is not a header name", "letters, digits and - only, or \"\" for none")]
+
+
+@rule("router.health_key", ["router_groups", "router_api_key"])
+def _router_health_key(router):
+    """The health check's key (router_api_key, else the first group key) is printable, without spaces or single quotes,
+    and every routed group with keys accepts it. The key is never shown, only group names."""
+    key = router.plan["health_key"]
+    var = "router_api_key" if router["router_api_key"] else "serve_api_key"
+    out = []
+    refused = [s["name"] for s in router.plan["servers"] if s["keys"] and key not in s["keys"]]
+    if refused:
+        out.append((var, HIDDEN, "is the health check's key, and %s refuse%s it: one endpoint needs one key every group accepts"
+                    % (", ".join(refused), "s" if len(refused) == 1 else ""),
+                    "add it to their serve_api_keys, or set router_api_key to a key all groups accept"))
+    if not _HEALTH_KEY_RE.match(str(key)) or "'" in str(key):
+        out.append((var, HIDDEN, "is the health check's key, and it has spaces, quotes or control characters",
+                    "use a printable key without spaces or single quotes"))
+    return out

@@ -72,6 +72,12 @@ CASES = [
      [("group dspark", "hosts", "[]")]),
     ("limit outside dspark", BASE + ("router_host.yml",), ("--limit", "rt"), None,
      [("limit", "--limit rt", "")]),
+    # The router's rules (plugin_utils._role_rules, role router) for the hosts of group dspark_router, outside dspark.
+    ("router settings", BASE + ("router_host.yml",), ("-e", '{"router_port": 0, "router_groups": ["pair_a", "pair_z"]}'), None, [
+        ("extra vars (-e)", "router_port", "0 turns plain HTTP off, and TLS is not configured"),
+        ("extra vars (-e)", "router_groups", "['pair_a', 'pair_z'] names pair_z, which is not a group of the inventory"),
+        ("rt", "dspark_mgmt_address", "'127.0.0.1' of a-head (head of pair_a) is not reachable from a router"),
+    ]),
     ("misspelt variables", BASE + ("misspelt.yml",), (), None, [
         ("group pair_a", "serve_max_num_seq", "8 is not a variable of this collection (did you mean serve_max_num_seqs?)"),
         ("a-worker", "dspark_fabric_addres", "'10.77.77.2' is not a variable of this collection (did you mean dspark_fabric_address?)"),

@@ -28,6 +28,9 @@ BASE = {
     "serve_api_key": "unit-test-key-4711",
 }
 NFS = {"dspark_checkpoint_mode": "nfs"}
+ROUTER = "r"
+# A router in front of the pair (its valid defaults): "r__var" overrides set its variables.
+WITH_ROUTER = {"r__router_port": 8080}
 DOWNLOAD = {"checkpoint_download": True}
 
 
@@ -47,7 +50,9 @@ def pair(overrides):
                 "a-worker": dict(BASE, dspark_rank=1, dspark_fabric_address="10.77.77.2", group_names=["dspark", "pair_a"])}
     for key, value in overrides.items():
         host, dummy, var = key.rpartition("__")
-        for name in [host] if host else list(hostvars):
+        if host == ROUTER:  # the router (group dspark_router, outside dspark): only its own overrides
+            hostvars.setdefault(ROUTER, {"group_names": ["dspark_router"]})
+        for name in [host] if host else [h for h in hostvars if h != ROUTER]:
             if value is None:
                 hostvars[name].pop(var, None)
             else:
@@ -57,9 +62,13 @@ def pair(overrides):
 
 def preflight(overrides, groups=None):
     hostvars = pair(overrides)
-    groups = groups or {"all": list(hostvars), "dspark": list(hostvars), "pair_a": list(hostvars)}
+    members = [h for h in hostvars if h != ROUTER]
+    groups = groups or {"all": list(hostvars), "dspark": members, "pair_a": members}
+    if ROUTER in hostvars:
+        groups = dict(groups, dspark_router=[ROUTER])
     action, connection = make_action()
-    result = action.run(task_vars={"hostvars": hostvars, "groups": groups, "ansible_play_hosts_all": list(hostvars)})
+    # The play's hosts are group dspark's (playbooks/preflight.yml): the router is read from the inventory's groups.
+    result = action.run(task_vars={"hostvars": hostvars, "groups": groups, "ansible_play_hosts_all": members})
     assert not connection.exec_command.called
     return result
 
@@ -115,6 +124,17 @@ BREAKS = {
     "serve.one_key_setting": ({"serve_api_keys": ["k-one-1234", "k-two-5678"]}, "group pair_a", "serve_api_keys",
                               "<not shown: secret> is set together with serve_api_key"),
     "serve.image": ({"dspark_image": ""}, "group pair_a", "dspark_image", "is empty"),
+    "router.groups": ({"r__router_groups": ["pair_a", "pair_z"]}, "r", "router_groups", "names pair_z, which is not a group"),
+    "router.heads": (dict(WITH_ROUTER, **{"a-head__dspark_mgmt_address": "127.0.0.1"}), "r", "dspark_mgmt_address",
+                     "'127.0.0.1' of a-head (head of pair_a) is not reachable from a router"),
+    "router.model": ({"r__router_served_model_name": "deepseek v4"}, "r", "router_served_model_name",
+                     "'deepseek v4' has characters the health check cannot match"),
+    "router.tls": ({"r__router_tls_certificate": "PEM"}, "r", "router_tls_key", "is not set"),
+    "router.listeners": ({"r__router_port": 0}, "r", "router_port", "0 turns plain HTTP off"),
+    "router.health": ({"r__router_health_fall": 0}, "r", "router_health_fall", "0 is outside its range (at least 1)"),
+    "router.group_header": ({"r__router_group_header": "X Group"}, "r", "router_group_header", "'X Group' is not a header name"),
+    "router.health_key": ({"r__router_api_key": "sentinel-other-key"}, "r", "router_api_key",
+                          "<not shown: secret> is the health check's key, and pair_a refuses it"),
 }
 
 
@@ -131,6 +151,38 @@ def test_every_rule_has_a_breaking_input():
 def test_the_valid_pair_passes():
     result = preflight({})
     assert not result.get("failed"), result["errors"]
+
+
+def test_the_valid_pair_with_a_router_passes():
+    result = preflight(WITH_ROUTER)
+    assert not result.get("failed"), result["errors"]
+
+
+@pytest.mark.parametrize("overrides, lines", [
+    ({"r__router_port": "8080", "r__router_tls_certificate": "C", "r__router_tls_key": "K", "r__router_tls_port": 8080},
+     ["r: router_tls_port=8080 is router_port too"]),
+    ({"r__router_stats_port": 8080}, ["r: router_stats_port=8080 is also a listener port"]),
+    ({"r__router_tls_port": 70000}, ["r: router_tls_port=70000 is not a TCP port"]),
+    ({"r__router_retries": 0}, ["r: router_retries=0 is outside its range"]),
+    (dict(WITH_ROUTER, **{"a-worker__dspark_rank": 0}), ["r: router_groups=['pair_a'] names group pair_a, which has 2 hosts with dspark_rank 0 (a-head, a-worker)"]),
+    (dict(WITH_ROUTER, **{"a-head__dspark_mgmt_address": "a b"}), ["r: dspark_mgmt_address='a b' of a-head (head of pair_a) is not a"]),
+    (dict(WITH_ROUTER, serve_api_key="k'ey-sentinel"), ["r: serve_api_key=<not shown: secret> is the health check's key, and it has"]),
+    (dict(WITH_ROUTER, **{"r__router_api_key": "unit-test-key-4711"}), []),
+])
+def test_router_rules_in_preflight(overrides, lines):
+    result = preflight(overrides)
+    errors = [line for line in result["errors"] if line.startswith("r: ")]
+    assert len(errors) == len(lines), result["errors"]
+    for line, start in zip(errors, lines):
+        assert line.startswith(start) and ". Fix: " in line and "sentinel" not in line, line
+
+
+def test_router_models_differ():
+    hostvars = {"a0": {"dspark_rank": 0, "serve_served_model_name": "one"}, "b0": {"dspark_rank": 0}, ROUTER: {}}
+    groups = {"dspark": ["a0", "b0"], "pair_a": ["a0"], "pair_b": ["b0"]}
+    hostvars["a0"]["dspark_group"], hostvars["b0"]["dspark_group"] = "pair_a", "pair_b"
+    found = _role_rules.check_router(ROUTER, {}, SPECS, groups, hostvars)
+    assert [p[1:3] for p in found] == [("serve_served_model_name", "pair_a=one, pair_b=deepseek-v4-flash")], found
 
 
 @pytest.mark.parametrize("name", sorted(BREAKS))
@@ -155,6 +207,11 @@ def test_the_role_alone_runs_the_same_rule(name):
     if item.role == "checkpoint" and var == "dspark_image":
         pytest.skip("not a checkpoint input")
     hostvars = pair(overrides)
+    if item.role in _role_rules.ROUTER_ROLES:
+        groups = {"dspark": ["a-head", "a-worker"], "pair_a": ["a-head", "a-worker"], "dspark_router": [ROUTER]}
+        found = _role_rules.check_router(ROUTER, hostvars[ROUTER], SPECS, groups, hostvars)
+        assert any(problem[1] == var for problem in found), (name, found)
+        return
     found = _role_rules.check_group("pair_a", list(hostvars), hostvars.get, SPECS, roles=[item.role], running=item.role)
     if item.name == "serve.image":  # preflight says it as dspark_image, the role as serve_image
         var = "serve_image"

@@ -6,7 +6,7 @@ the router host of the fleet lab (inventories/lab-fleet: an open API), the fleet
 port and a health key, and the real-engine lab (inventories/lab-real: two groups with keys), and compares with
 fixtures/ (recorded with the role's vars of commit b831aa3, before the move). One ansible-playbook run per case.
 
-`python tests/unit/playbooks/test_router_plan.py record <roles dir>` records the fixtures from <roles dir>/router.
+`python tests/unit/playbooks/test_router_config.py record <roles dir>` records the fixtures from <roles dir>/router.
 Record again only for an intended change, and say which in the commit.
 """
 
