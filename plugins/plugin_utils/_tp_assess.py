@@ -157,6 +157,7 @@ def _mark_first_failure(failures, first):
 def _describe_first(failure, first):
     failure['details'].update(killed=first['killed'], oom_killed=first['oom_killed'],
                               finished_at=first['finished_at'], first_failure=first['why'])
+    failure.update(exit_code=first['exit_code'], killed=first['killed'], finished_at=first['finished_at'])
     extra = []
     if first['killed']:
         extra.append(killed_text(first['oom_killed']))

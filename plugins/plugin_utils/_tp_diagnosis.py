@@ -14,6 +14,8 @@ from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_assess import e
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_plan import as_int, log_key
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_signatures import CASCADE_CODES
 
+# The keys a diagnosis of the rank that failed first, or of a consequence, carries into the result.
+FIRST_FAILURE_KEYS = ('first_failure', 'consequence_of', 'exit_code', 'killed', 'finished_at')
 # Rounds a fatal-but-secondary failure (peer exited, container stopped) may
 # wait for the root cause to show up in another rank's log.
 SETTLE_ROUNDS = 3
@@ -39,7 +41,7 @@ def _from_failure(failure):
     diag = make_diag(failure['code'], failure.get('rank'), failure.get('node'), failure.get('cause'),
                      failure.get('fix'), failure.get('line'), failure.get('severity', 'fatal'),
                      bool(failure.get('root_cause')))
-    for key in ('first_failure', 'consequence_of'):
+    for key in FIRST_FAILURE_KEYS:
         if failure.get(key) is not None:
             diag[key] = failure[key]
     return diag
@@ -387,8 +389,9 @@ def public_diagnoses(diagnoses):
     out = []
     for diag in diagnoses:
         item = dict((k, diag.get(k)) for k in keys)
-        # The rank that failed first, and which rank's failure another rank's error follows from.
-        for key in ('first_failure', 'consequence_of'):
+        # The rank that failed first (its container's exit code, killed, when it finished), and which rank's failure
+        # another rank's error follows from.
+        for key in FIRST_FAILURE_KEYS:
             if diag.get(key) is not None:
                 item[key] = diag[key]
         out.append(item)

@@ -238,6 +238,9 @@ class GroupEvents:
         standing = [t for t in tasks if not t["rescued"]]
         if tp_failed is not None:
             summary = "tp_ranks on %s: %s" % (tp_failed.get("host"), tp_failed.get("msg"))
+            lead = first_failure_line(tp_failed.get("diagnosis"))
+            if lead:
+                summary = lead + " | " + summary
         else:
             first = (standing or tasks)[0]
             summary = "%s on %s: %s" % (first["task"], first["host"], first["msg"])
@@ -260,9 +263,46 @@ def tp_ranks_view(res, host, ok):
     if not ok:
         view["missing_ranks"] = [{"rank": m.get("rank"), "node": m.get("node")}
                                  for m in res.get("missing_ranks") or [] if isinstance(m, dict)]
-        view["diagnosis"] = [dict((k, d.get(k)) for k in ("code", "rank", "node", "cause", "fix", "severity"))
-                             for d in res.get("diagnosis") or [] if isinstance(d, dict)]
+        view["diagnosis"] = [_diagnosis_entry(d) for d in res.get("diagnosis") or [] if isinstance(d, dict)]
     return view
+
+
+# What tp_ranks adds to the diagnosis of the rank that failed first and to the others' consequences.
+FIRST_FAILURE_KEYS = ("first_failure", "consequence_of", "exit_code", "killed", "finished_at")
+
+
+def _diagnosis_entry(diag):
+    entry = dict((k, diag.get(k)) for k in ("code", "rank", "node", "cause", "fix", "severity"))
+    entry.update((k, diag[k]) for k in FIRST_FAILURE_KEYS if diag.get(k) is not None)
+    return entry
+
+
+def first_failure_line(diagnosis):
+    """'rank 1 on h1 failed first (container exit code 137, killed at T); rank 0 on h0: lost its peer rank 1
+    (consequence)' from a tp_ranks diagnosis, or None when it names no rank that failed first."""
+    items = [d for d in diagnosis or [] if isinstance(d, dict)]
+    first = [d for d in items if d.get("first_failure")]
+    if not first:
+        return None
+    lead = next((d for d in first if d.get("exit_code") is not None), first[0])
+    what = []
+    if lead.get("exit_code") is not None:
+        what.append("container exit code %s" % lead["exit_code"])
+    if lead.get("killed"):
+        what.append("killed" + (" at %s" % lead["finished_at"] if lead.get("finished_at") else ""))
+    elif lead.get("finished_at"):
+        what.append("ended at %s" % lead["finished_at"])
+    if not what:
+        what.append(lead.get("code") or "failed")
+    text = "rank %s on %s failed first (%s)" % (lead.get("rank"), lead.get("node") or "unknown node", ", ".join(what))
+    seen = []
+    for diag in items:
+        key = (diag.get("rank"), diag.get("node"), diag.get("consequence_of"))
+        if diag.get("consequence_of") is not None and key not in seen:
+            seen.append(key)
+    for rank, node, peer in seen:
+        text += "; rank %s on %s: lost its peer rank %s (consequence)" % (rank, node or "unknown node", peer)
+    return text
 
 
 def image_id(tp_ranks):

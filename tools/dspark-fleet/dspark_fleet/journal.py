@@ -131,18 +131,32 @@ def summarize(records, groups=None):
 
 
 def diagnosis_text(diagnosis):
-    """tp_ranks diagnosis entries -> one short line."""
+    """tp_ranks diagnosis entries -> one short line: the rank that failed first leads, the other ranks' consequences
+    of it are summed up per rank at the end ("rank 0 on h0: lost its peer rank 1 (consequence: peer_lost, ...)")."""
     if not diagnosis:
         return ""
     if isinstance(diagnosis, str):
         return diagnosis
+    items = list(diagnosis)
+    dicts = [i for i in items if isinstance(i, dict)]
+    items.sort(key=lambda i: not (isinstance(i, dict) and i.get("first_failure")))
     parts = []
-    for item in diagnosis:
+    consequences = {}
+    for item in items:
         if isinstance(item, dict):
+            if item.get("consequence_of") is not None and any(d.get("first_failure") for d in dicts):
+                key = (item.get("rank"), item.get("node"), item["consequence_of"])
+                consequences.setdefault(key, []).append(item.get("code") or "?")
+                continue
             where = " ".join(str(x) for x in ("rank %s" % item["rank"] if item.get("rank") is not None else None,
                                               "on %s" % item["node"] if item.get("node") else None) if x)
+            if item.get("first_failure"):
+                where += ", failed first"
             parts.append("%s%s: %s" % (item.get("code") or "?", (" (%s)" % where) if where else "",
                                        item.get("cause") or ""))
         else:
             parts.append(str(item))
+    for (rank, node, peer), codes in consequences.items():
+        parts.append("rank %s on %s: lost its peer rank %s (consequence: %s)" % (
+            rank, node or "unknown node", peer, ", ".join(sorted(set(codes), key=codes.index))))
     return "; ".join(parts)

@@ -301,6 +301,16 @@ def to_markdown(report):
     return "\n".join(out) + "\n"
 
 
+def _rank_cell(diag):
+    """The rank of a diagnosis, marked when it failed first or when its error is a consequence of another's."""
+    rank = diag.get("rank")
+    if diag.get("first_failure"):
+        return "%s (failed first)" % rank
+    if diag.get("consequence_of") is not None:
+        return "%s (consequence of rank %s)" % (rank, diag["consequence_of"])
+    return rank
+
+
 def _group_section(name, group, subcommand):
     out = ["", "### %s: %s" % (name, group["result"]), ""]
     members = ", ".join("%s (rank %s)" % (m["host"], m.get("rank")) for m in group.get("members") or [])
@@ -344,9 +354,9 @@ def _group_section(name, group, subcommand):
         out += ["", "**Failure:** %s" % _cell(failure["summary"])]
         tp_failed = failure.get("tp_ranks")
         if tp_failed:
-            out += ["", "tp_ranks diagnosis:", ""]
+            out += ["", "tp_ranks diagnosis (the rank that failed first leads):", ""]
             out += _table(["code", "rank", "node", "cause", "fix"], [
-                [d.get("code"), d.get("rank"), d.get("node"), d.get("cause"), d.get("fix")]
+                [d.get("code"), _rank_cell(d), d.get("node"), d.get("cause"), d.get("fix")]
                 for d in tp_failed.get("diagnosis") or []])
         final = failure.get("final_task")
         if failure.get("failed_tasks"):

@@ -145,3 +145,10 @@ def test_docker_time():
     assert tp_assess.docker_time('0001-01-01T00:00:00Z') is None and tp_assess.docker_time('') is None
     assert tp_assess.docker_time('2026-12-01T10:00:01.5Z') - tp_assess.docker_time('2026-12-01T10:00:01Z') == 0.5
     assert tp_assess.docker_time('2026-12-01T11:00:01+01:00') == tp_assess.docker_time('2026-12-01T10:00:01Z')
+
+
+def test_the_public_diagnosis_carries_the_exit_code_of_the_first_failed_rank():
+    diags = tp_diagnosis.public_diagnoses(tp_diagnosis.assessment_diagnoses(killed_pair()))
+    assert dict((k, diags[0][k]) for k in ('rank', 'first_failure', 'exit_code', 'killed', 'finished_at')) == {
+        'rank': 1, 'first_failure': True, 'exit_code': 137, 'killed': True, 'finished_at': KILLED_AT}
+    assert 'exit_code' not in diags[1] and diags[1]['consequence_of'] == 1
