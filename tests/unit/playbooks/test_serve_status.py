@@ -1,0 +1,70 @@
+"""playbooks/status.yml's tasks (roles/serve/tasks/status.yml) under real Ansible with a fake `docker` (issue #29
+item 2): a rank whose container was killed is named first, with its exit code, and the other ranks' failures as its
+consequences; `host=exited` stays in the states (tests/real asserts it)."""
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_status")
+ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+IMAGE = "sha256:" + "a" * 64
+
+
+def status(tmp_path, containers):
+    """ansible-playbook's output (whitespace collapsed) and rc; containers: name -> docker inspect line or None."""
+    for name, line in containers.items():
+        if line is not None:
+            (tmp_path / name).write_text(line + "\n")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    spark-head: {dspark_rank: 0}\n    spark-r1: {dspark_rank: 1}\n")
+    command = [ANSIBLE_PLAYBOOK, os.path.join(HERE, "play.yml"), "-i", str(inventory),
+               "-e", "ansible_connection=local", "-e", "ansible_python_interpreter=" + sys.executable,
+               "-e", "fake_docker_bin=" + HERE, "-e", "fake_docker_dir=" + str(tmp_path),
+               "-e", "status_tasks=" + os.path.join(ROOT, "roles", "serve", "tasks", "status.yml")]
+    environ = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                   ANSIBLE_FORCE_COLOR="0")
+    run = subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300, check=False)
+    return run.returncode, " ".join((run.stdout + run.stderr).split())
+
+
+def test_a_killed_worker_is_named_first_with_its_exit_code(tmp_path):
+    rc, out = status(tmp_path, {
+        "spark-head": "running 0 0 %s false 0001-01-01T00:00:00Z" % IMAGE,
+        "spark-r1": "exited 137 0 %s false 2026-12-01T16:07:19.2048Z" % IMAGE})
+    assert rc != 0, out[-3000:]
+    assert ("group pair is not serving: rank 1 on spark-r1 failed first: its container exited (137, killed) at "
+            "2026-12-01T16:07:19.204800000Z; rank 0 on spark-head: lost its peer rank 1 (consequence); states "
+            "spark-head=running, spark-r1=exited (137, killed);") in out, out[-3000:]
+    assert "spark-r1=exited" in out
+    # The inspect format the role passes (one line: the fields split on whitespace).
+    assert (tmp_path / "spark-r1.argv").read_text().splitlines() == [
+        "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}} {{.RestartCount}} {{.Image}} "
+        "{{.State.OOMKilled}} {{.State.FinishedAt}}", "spark-r1"]
+
+
+def test_the_container_that_ended_first_leads_when_both_ended(tmp_path):
+    rc, out = status(tmp_path, {
+        "spark-head": "exited 1 0 %s false 2026-12-01T16:07:24Z" % IMAGE,
+        "spark-r1": "exited 143 0 %s false 2026-12-01T16:07:19.5Z" % IMAGE})
+    assert rc != 0
+    assert ("rank 1 on spark-r1 failed first: its container exited (143) at 2026-12-01T16:07:19.500000000Z; rank 0 "
+            "on spark-head: lost its peer rank 1 (consequence); states spark-head=exited (1), "
+            "spark-r1=exited (143);") in out, out[-3000:]
+
+
+def test_an_oom_killed_head_and_an_absent_worker(tmp_path):
+    rc, out = status(tmp_path, {"spark-head": "exited 137 0 %s true 2026-12-01T16:07:24Z" % IMAGE, "spark-r1": None})
+    assert rc != 0
+    assert ("rank 0 on spark-head failed first: its container exited (137, killed) at 2026-12-01T16:07:24.000000000Z; "
+            "rank 1 on spark-r1: lost its peer rank 0 (consequence); states spark-head=exited (137, killed), "
+            "spark-r1=absent;") in out, out[-3000:]
+
+
+def test_no_first_failure_when_the_containers_cannot_tell(tmp_path):
+    rc, out = status(tmp_path, {"spark-head": "exited 1 0 %s false 2026-12-01T16:07:24Z" % IMAGE,
+                                "spark-r1": "exited 1 0 %s false 2026-12-01T16:07:24Z" % IMAGE})
+    assert rc != 0
+    assert "group pair is not serving: states spark-head=exited (1), spark-r1=exited (1);" in out, out[-3000:]
+    assert "failed first:" not in out
