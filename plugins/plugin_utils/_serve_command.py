@@ -1,0 +1,104 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The serve role's vLLM command line (private; issue #25), the one copy of what roles/serve/vars/main.yml computed
+in Jinja: the flags every vLLM build takes (the multi-node mp launch) and, in between, in the recipe's order (a changed
+order would restart running groups), its DeepSeek-V4/GB10 flags unless serve_recipe_args is false. Every value is
+written as Jinja's ``string`` filter wrote it (``str``), the JSON options as Ansible's ``to_json`` (json.dumps, keys in
+the order given). Pure Python, no Ansible imports.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs
+
+THINKING_KWARGS = {
+    "off": '{"thinking": false}',
+    "low": '{"thinking": true, "reasoning_effort": "low"}',
+    "high": '{"thinking": true, "reasoning_effort": "high"}',
+    "max": '{"thinking": true, "reasoning_effort": "max"}',
+}
+REASONING_CONFIG = {"reasoning_parser": "deepseek_v4", "reasoning_start_str": "<think>", "reasoning_end_str": "</think>"}
+# The variables the command reads (the filter's input mapping), besides the group model.
+VARIABLES = (
+    "dspark_model", "dspark_model_revision", "dspark_api_port", "dspark_tensor_parallel_size", "dspark_rank",
+    "serve_served_model_name", "serve_host", "serve_recipe_args", "serve_kv_cache_dtype", "serve_block_size",
+    "serve_max_model_len", "serve_max_num_seqs", "serve_max_num_batched_tokens", "serve_long_prefill_token_threshold",
+    "serve_mtp_num_tokens", "serve_gpu_memory_utilization", "serve_speculative_method", "serve_draft_sample_method",
+    "serve_default_thinking", "serve_extra_args",
+)
+
+
+class CommandError(ValueError):
+    """An input the command cannot be written from (the message names the variable, the value and the fix)."""
+
+
+def jinja_int(value):
+    """Jinja's ``int`` filter: int(value), else int(float(value)), else 0."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        try:
+            return int(float(value))
+        except (TypeError, ValueError):
+            return 0
+
+
+def to_json(value):
+    """Ansible's ``to_json`` of plain data: json.dumps with its default separators, keys in the order given."""
+    return json.dumps(value)
+
+
+def command(values, group):
+    """The argv of ``vllm serve`` for one member: ``values`` maps VARIABLES to the member's values, ``group`` is its
+    serving group's model (plugin_utils._group_model.group_model: size, master_address, master_port, is_head)."""
+    missing = [name for name in VARIABLES if name not in values]
+    if missing:
+        raise CommandError("serve command: %s not given. Fix: pass every variable of _serve_command.VARIABLES" % ", ".join(missing))
+    v = values
+    recipe = _inputs.as_bool(v["serve_recipe_args"]) is True
+    thinking = v["serve_default_thinking"]
+    if recipe and thinking not in THINKING_KWARGS:
+        raise CommandError("serve_default_thinking=%r is not a reasoning default. Fix: set it to one of: %s"
+                           % (thinking, ", ".join(THINKING_KWARGS)))
+    extra = v["serve_extra_args"]
+    if not isinstance(extra, (list, tuple)):
+        raise CommandError("serve_extra_args=%r is not a list. Fix: give the extra vLLM arguments as a list" % (extra,))
+    seqs, mtp = jinja_int(v["serve_max_num_seqs"]), jinja_int(v["serve_mtp_num_tokens"])
+    argv = ["vllm", "serve", v["dspark_model"],
+            "--revision", v["dspark_model_revision"],
+            "--served-model-name", v["serve_served_model_name"],
+            "--host", v["serve_host"], "--port", str(v["dspark_api_port"])]
+    if recipe:
+        argv += ["--trust-remote-code"]
+    argv += ["--tensor-parallel-size", str(v["dspark_tensor_parallel_size"]), "--pipeline-parallel-size", "1"]
+    if recipe:
+        argv += ["--kv-cache-dtype", v["serve_kv_cache_dtype"], "--block-size", str(v["serve_block_size"])]
+    argv += ["--max-model-len", str(v["serve_max_model_len"]),
+             "--max-num-seqs", str(v["serve_max_num_seqs"]),
+             "--max-num-batched-tokens", str(v["serve_max_num_batched_tokens"])]
+    if recipe:
+        argv += ["--long-prefill-token-threshold", str(v["serve_long_prefill_token_threshold"]),
+                 "--max-cudagraph-capture-size", str(seqs * (mtp + 1)),
+                 "--gpu-memory-utilization", str(v["serve_gpu_memory_utilization"]),
+                 "--enable-prefix-caching", "--enable-prompt-tokens-details", "--async-scheduling", "--enable-chunked-prefill",
+                 "--speculative-config", to_json({"method": v["serve_speculative_method"], "num_speculative_tokens": mtp,
+                                                  "draft_sample_method": v["serve_draft_sample_method"]}),
+                 "--tokenizer-mode", "deepseek_v4"]
+    argv += ["--distributed-executor-backend", "mp"]
+    if recipe:
+        argv += ["--moe-backend", "flashinfer_b12x",
+                 "--tool-call-parser", "deepseek_v4", "--enable-auto-tool-choice",
+                 "--reasoning-parser", "deepseek_v4",
+                 "--reasoning-config", to_json(REASONING_CONFIG),
+                 "--default-chat-template-kwargs", THINKING_KWARGS[thinking],
+                 "--generation-config", "vllm", "--enable-flashinfer-autotune"]
+    argv += ["--nnodes", str(group["size"]),
+             "--node-rank", str(v["dspark_rank"]),
+             "--master-addr", group["master_address"],
+             "--master-port", str(group["master_port"])]
+    if not group.get("is_head"):
+        argv += ["--headless"]
+    return argv + list(extra)

@@ -1,0 +1,54 @@
+"""The serve role's vLLM command line (plugin_utils._serve_command); under real Ansible against the old Jinja's output:
+tests/unit/playbooks/test_serve_command.py and test_role_plans.py."""
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.dspark.cluster.plugins.filter.serve_command import serve_command
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_command
+
+VALUES = {
+    "dspark_model": "org/model", "dspark_model_revision": "a" * 40, "dspark_api_port": 8888, "dspark_tensor_parallel_size": 2,
+    "dspark_rank": 1, "serve_served_model_name": "m", "serve_host": "0.0.0.0", "serve_recipe_args": True,
+    "serve_kv_cache_dtype": "fp8", "serve_block_size": 256, "serve_max_model_len": 4096, "serve_max_num_seqs": "6",
+    "serve_max_num_batched_tokens": 8192, "serve_long_prefill_token_threshold": 1024, "serve_mtp_num_tokens": 5,
+    "serve_gpu_memory_utilization": 0.835, "serve_speculative_method": "dspark", "serve_draft_sample_method": "probabilistic",
+    "serve_default_thinking": "high", "serve_extra_args": ["--seed", "1"],
+}
+GROUP = {"size": 2, "master_address": "10.0.0.1", "master_port": 25000, "is_head": False}
+
+
+def test_the_recipe_flags_in_order():
+    argv = _serve_command.command(VALUES, GROUP)
+    assert argv[:11] == ["vllm", "serve", "org/model", "--revision", "a" * 40, "--served-model-name", "m", "--host", "0.0.0.0",
+                         "--port", "8888"]
+    assert argv[argv.index("--max-cudagraph-capture-size") + 1] == "36"          # 6 x (5 + 1)
+    assert argv[argv.index("--speculative-config") + 1] == (
+        '{"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic"}')
+    assert argv[argv.index("--default-chat-template-kwargs") + 1] == '{"thinking": true, "reasoning_effort": "high"}'
+    assert argv[-11:] == ["--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "25000",
+                          "--headless", "--seed", "1"]
+
+
+def test_without_the_recipe_only_the_common_flags():
+    argv = _serve_command.command(dict(VALUES, serve_recipe_args="no", serve_default_thinking="nonsense"), dict(GROUP, is_head=True))
+    assert "--trust-remote-code" not in argv and "--speculative-config" not in argv and "--headless" not in argv
+    assert argv[argv.index("--distributed-executor-backend") - 2:argv.index("--distributed-executor-backend")] == [
+        "--max-num-batched-tokens", "8192"]
+
+
+@pytest.mark.parametrize("value, number", [(6, 6), ("6", 6), ("6.7", 6), (6.9, 6), ("six", 0), (None, 0), (True, 1)])
+def test_jinja_int(value, number):
+    assert _serve_command.jinja_int(value) == number
+
+
+@pytest.mark.parametrize("values, text", [
+    (dict(VALUES, serve_default_thinking="medium"), "serve_default_thinking='medium' is not a reasoning default. Fix: "),
+    (dict(VALUES, serve_extra_args="--seed 1"), "serve_extra_args='--seed 1' is not a list. Fix: "),
+    ({"dspark_model": "x"}, "dspark_model_revision"),
+])
+def test_bad_inputs_name_the_variable_and_the_fix(values, text):
+    with pytest.raises(AnsibleFilterError) as raised:
+        serve_command(values, GROUP)
+    assert text in str(raised.value)
