@@ -503,8 +503,9 @@ def _summary(expected, registered, missing, methods, head_ready, failures, entri
         own = sorted((f for f in failures if f.get('first_failure')),
                      key=lambda f: (not f.get('root_cause'), f['code'] in CASCADE_CODES))
         if own:
-            parts.append('{0} failed first: {1}: {2} Fix: {3}'.format(where(first['rank']), own[0]['code'],
-                                                                     own[0]['cause'], own[0]['fix']))
+            lead = own[0]
+            parts.append('{0} failed first: {1}: {2} Fix: {3}'.format(where(first['rank']), lead['code'],
+                                                                      lead['cause'], lead['fix']))
         rest = [f for f in failures if not f.get('first_failure')]
         rest = sorted(rest, key=lambda f: (f.get('consequence_of') is not None, f.get('category') == 'container',
                                            f['code'] in CASCADE_CODES))

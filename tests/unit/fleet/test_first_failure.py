@@ -98,3 +98,41 @@ def test_first_failure_line():
                                {"code": "container_exited", "rank": 1, "node": "w", "first_failure": True,
                                 "exit_code": 1, "finished_at": "T"}]) == (
         "rank 1 on w failed first (container exit code 1, ended at T)")
+
+
+def fact_event(host, task, facts):
+    return {"event": "runner_on_ok", "event_data": {"host": host, "task": task, "res": {"ansible_facts": facts}}}
+
+
+def status_events(first):
+    """status.yml's facts as the runner reports them: each rank's serve_status, the head's first failure."""
+    events = GroupEvents()
+    head = {"state": "running", "exit_code": "0", "restarts": "0", "image": "sha256:aa", "oom_killed": "false",
+            "finished_at": "0001-01-01T00:00:00Z"}
+    worker = dict(head, state="exited", exit_code="137", finished_at=KILLED_AT)
+    for rank, host, container in ((0, "spark-head", head), (1, "spark-r1", worker)):
+        fact = {"rank": rank, "container": container, "api_models": None}
+        events.feed(fact_event(host, "Note this rank's status", {"serve_status": fact}))
+    events.feed(fact_event("spark-head", "Note the rank that failed first", {"serve_status_first_failure": first}))
+    return events
+
+
+def test_the_status_report_names_the_first_failed_rank():
+    import jsonschema  # pylint: disable=import-outside-toplevel
+    first = {"host": "spark-r1", "rank": 1, "state": "exited", "exit_code": "137", "killed": True,
+             "label": "exited (137, killed)", "finished": "2026-12-01T16:07:19.204817393"}
+    view = report.status_view(status_events(first))
+    assert view["first_failure"] == {"host": "spark-r1", "rank": 1, "state": "exited (137, killed)", "exit_code": 137,
+                                     "killed": True, "finished_at": KILLED_AT}
+    schema = report.load_schema()["$defs"]["group"]["properties"]["status"]
+    jsonschema.validate(view, schema)
+    group = {"result": "failed", "members": [], "fingerprint": None, "status": view}
+    text = "\n".join(report._group_section("pair", group, "status"))  # pylint: disable=protected-access
+    assert ("**First failed:** rank 1 on spark-r1: its container exited (137, killed) at %s; the other ranks' "
+            "failures are its consequences" % KILLED_AT) in text
+    assert "| spark-r1 | 1 | exited (137), failed first | 0 |" in text
+    assert "| spark-head | 0 | running | 0 |" in text
+    # No first failure named (status.yml's fact is None): no line, no mark.
+    view = report.status_view(status_events(None))
+    assert "first_failure" not in view
+    jsonschema.validate(view, schema)

@@ -25,6 +25,7 @@ from datetime import datetime
 
 TP_RANKS_ACTIONS = ("dspark.cluster.tp_ranks", "tp_ranks")
 STATUS_FACT = "serve_status"
+FIRST_FAILURE_FACT = "serve_status_first_failure"   # the head's: the rank whose container failed first
 SERVES_TASK = "Check that the group serves"
 MSG_MAX = 2000
 STDERR_TAIL = 600
@@ -81,6 +82,7 @@ class GroupEvents:
         self.tp_ranks = None        # proof or failure of the tp_ranks task
         self.status = {}            # host -> serve_status fact
         self.serving = None         # the head's assert: True passed, False failed, None not seen
+        self.first_failure = None   # the head's serve_status_first_failure fact (status.yml), when it names one
         self.stats = None
         self.host_seen = {}         # host -> number of the last event about it (tells a rescued failure)
         self.pid = None
@@ -173,6 +175,8 @@ class GroupEvents:
         facts = res.get("ansible_facts") or {}
         if STATUS_FACT in facts and isinstance(facts[STATUS_FACT], dict):
             self.status[data.get("host") or "?"] = facts[STATUS_FACT]
+        if isinstance(facts.get(FIRST_FAILURE_FACT), dict):
+            self.first_failure = facts[FIRST_FAILURE_FACT]
         if data.get("task") == SERVES_TASK:
             self.serving = True
 

@@ -144,7 +144,17 @@ def status_view(events):
             "api_models": list(models) if isinstance(models, list) else None,
         })
     rows.sort(key=lambda r: (r["rank"] is None, r["rank"] or 0, r["host"]))
-    return {"serving": events.serving, "ranks": rows}
+    view = {"serving": events.serving, "ranks": rows}
+    first = getattr(events, "first_failure", None)
+    if isinstance(first, dict) and first.get("host"):
+        # status.yml's rule: the rank whose container ended first, else the only one killed, else the only one
+        # that ended while the others run; the other ranks' failures are its consequences.
+        view["first_failure"] = {"host": first.get("host"), "rank": _int_or_none(first.get("rank")),
+                                 "state": first.get("label") or first.get("state"),
+                                 "exit_code": _int_or_none(first.get("exit_code")),
+                                 "killed": bool(first.get("killed")),
+                                 "finished_at": (first.get("finished") + "Z") if first.get("finished") else None}
+    return view
 
 
 def _int_or_none(value):
@@ -301,6 +311,16 @@ def to_markdown(report):
     return "\n".join(out) + "\n"
 
 
+def _state_cell(row, first):
+    """'exited (137)' for an ended container, marked when it failed first."""
+    text = row.get("state")
+    if text in ("exited", "dead") and row.get("exit_code") is not None:
+        text = "%s (%s)" % (text, row["exit_code"])
+    if first and first.get("host") == row.get("host"):
+        text = "%s, failed first" % text
+    return text
+
+
 def _rank_cell(diag):
     """The rank of a diagnosis, marked when it failed first or when its error is a consequence of another's."""
     rank = diag.get("rank")
@@ -346,8 +366,13 @@ def _group_section(name, group, subcommand):
     status = group.get("status")
     if status:
         out += ["", "Serving: **%s**" % {True: "yes", False: "no", None: "unknown"}[status.get("serving")], ""]
+        first = status.get("first_failure")
+        if first:
+            out[-1:] = ["", "**First failed:** rank %s on %s: its container %s%s; the other ranks' failures are its "
+                        "consequences" % (first["rank"], first["host"], first["state"],
+                                          " at %s" % first["finished_at"] if first.get("finished_at") else ""), ""]
         out += _table(["node", "rank", "container", "restarts", "image", "API models"], [
-            [r["host"], r["rank"], r["state"], r["restarts"], short_image(r["image"]),
+            [r["host"], r["rank"], _state_cell(r, first), r["restarts"], short_image(r["image"]),
              ", ".join(r["api_models"]) if r["api_models"] is not None else None] for r in status["ranks"]])
     failure = group.get("failure")
     if failure:
