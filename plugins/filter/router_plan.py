@@ -12,8 +12,8 @@ short_description: The router's serving groups, their heads and one backend serv
 version_added: 0.1.0
 description:
   - The serving groups of the inventory (the C(dspark_group) of each host of group C(dspark)), the heads
-    (C(dspark_rank) 0) of the routed groups, and one backend server per routed group that has exactly one head:
-    the head's management address, API port, served model name and API keys.
+    (C(dspark_rank) 0) of the routed groups, and one backend server per routed group that has exactly one head
+    (the head's management address, API port, served model name and API keys).
   - Runs on the controller; reads only the inventory.
 author:
   - dspark.cluster contributors (@dspark)
@@ -51,11 +51,23 @@ _value:
   description: The router's plan.
   type: dict
   contains:
-    serving_groups: {description: Every serving group of the inventory, sorted., type: list, elements: str}
-    heads: {description: Routed group -> its members of dspark_rank 0., type: dict}
-    servers: {description: "One per routed group with one head: name, head, address, port, model, keys.", type: list, elements: dict}
-    health_key: {description: The API key the health check sends (empty for none)., type: str}
-    model: {description: The served model name the health check expects., type: str}
+    serving_groups:
+      description: Every serving group of the inventory, sorted.
+      type: list
+      elements: str
+    heads:
+      description: Routed group -> its members of dspark_rank 0.
+      type: dict
+    servers:
+      description: "One per routed group with one head: name, head, address, port, model, keys."
+      type: list
+      elements: dict
+    health_key:
+      description: The API key the health check sends (empty for none).
+      type: str
+    model:
+      description: The served model name the health check expects.
+      type: str
 """
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _router_plan
