@@ -95,7 +95,8 @@ unit: venv
 # The newest ansible-core the collection supports (requirements-newest.txt; 2.21 needs Python 3.12+, taken from
 # pyenv when it is not on PATH): the plugins' unit tests, which reach core internals (tp_ranks' member
 # connections, modules built and run from an action), and dspark-fleet's (ansible-runner driving 2.21's
-# ansible-playbook), in a venv of their own.
+# ansible-playbook), in a venv of their own. The fleet tests first: they import their own `conftest`, which must be
+# the first one pytest loads under that name.
 NEWEST_VENV := .venv-newest
 NEWEST_PYTHON ?= $(shell for p in $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HOME)/.pyenv/versions/3.12*/bin/python3 \
 	python3.13 python3.12; do "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && { echo "$$p"; break; }; done)
@@ -106,7 +107,7 @@ $(NEWEST_VENV)/.installed: requirements-newest.txt
 	touch $@
 
 unit-newest: $(NEWEST_VENV)/.installed
-	$(NEWEST_VENV)/bin/pytest -q -p no:cacheprovider tests/unit/plugins tests/unit/fleet
+	$(NEWEST_VENV)/bin/pytest -q -p no:cacheprovider tests/unit/fleet tests/unit/plugins
 
 # ansible-lint's production profile and ansible-test sanity under the newest ansible-core.
 lint-newest: $(NEWEST_VENV)/.installed
