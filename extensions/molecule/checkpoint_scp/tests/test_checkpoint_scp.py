@@ -123,10 +123,15 @@ def test_killed_copy_resumes():
                              str(ROOT / "playbooks" / "checkpoint.yml"), "-e", options],
                             cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 120
+        # Preflight, facts and the manifest come first: over 120 s once on a 2-core CI machine with every lane busy.
+        deadline = time.monotonic() + 300
         # rsync writes the shard to a temporary file next to it (its size stays small: the middle is a hole).
         while TARGET.run("ls %s/.%s.*", SNAPSHOT, SPARSE_SHARD).rc != 0:
-            assert time.monotonic() < deadline, "the copy of %s never started" % SPARSE_SHARD
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError("the copy of %s never started (playbook %s):\n%s" % (
+                    SPARSE_SHARD, "exit %s" % proc.returncode if proc.poll() is not None else "still running",
+                    proc.communicate()[0][-3000:]))
             time.sleep(0.5)
         time.sleep(4)  # about 80 MiB of the 1 GiB at --bwlimit=20m
         # The stream that copies the 1 GiB shard (the largest file: the first bucket, so the oldest rsync client).
