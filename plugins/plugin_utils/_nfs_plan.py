@@ -76,7 +76,7 @@ def client_findings(where, clients, cidr, peer_addresses=()):
     fix = ("list only the fabric addresses of the group's other members (the default%s) or networks inside %s"
            % (": " + ", ".join(peer_addresses) if peer_addresses else "", network))
     if not entries:
-        return [(where, "nfs_export_clients", [], "lets no client mount the export", fix)]
+        return [(where, "nfs_export_clients", [], "lets no client mount the export (an empty list is never opened to *)", fix)]
     out = []
     for entry in entries:
         problem = client_problem(entry, network)
