@@ -2,9 +2,24 @@
 fleet, tests/real on the real-engine lab): zero failed requests, every answer complete, every group converged, proven
 and back in rotation, no request sent to a group while it was out, one group out at a time."""
 
+import time
 from datetime import datetime
 
 import loadclient
+
+
+def under_load(load, action, settle=10, tail=5, wait=180):
+    """Start `load` (a loadclient.Load), let it settle, run action(), stop the load `tail` seconds later (even when
+    action raised) and wait for its requests; returns (action's result, the load's records)."""
+    load.start()
+    time.sleep(settle)                                                 # steady state first
+    try:
+        result = action()
+    finally:
+        time.sleep(tail)
+        load.stop()
+        records = load.wait(timeout=wait)
+    return result, records
 
 
 def epoch(stamp):

@@ -119,15 +119,10 @@ def test_rolling_reprovision_through_the_router_loses_no_request(tmp_path):
     answer and stream complete, none sent to the real group while it was out, both groups answered; the report has
     its time out of rotation. (Rolling the simulated group too costs 150 s more and is the fleet suite's test.)"""
     load = loadclient.Load(ROUTER_URL, count=int(ROLL_RATE * 1800), rate=ROLL_RATE, model=MODEL_NAME, api_key=KEYS[0],
-                           max_tokens=16, expect=None).start()
-    time.sleep(10)                                                     # steady state first
-    try:
-        rc, out = fleet("reprovision", "-i", INVENTORY, "--rolling", "--groups", GROUP, "--plain", "--artifacts",
-                        tmp_path / "roll", "-e", '{"serve_force_restart": true}')
-    finally:
-        time.sleep(5)
-        load.stop()
-        records = load.wait(timeout=180)
+                           max_tokens=16, expect=None)
+    (rc, out), records = rollcheck.under_load(load, lambda: fleet(
+        "reprovision", "-i", INVENTORY, "--rolling", "--groups", GROUP, "--plain", "--artifacts", tmp_path / "roll",
+        "-e", '{"serve_force_restart": true}'))
     assert rc == 0, out[-4000:]
     doc = json.loads((tmp_path / "roll" / "report.json").read_text())
     summary, out_of_rotation = rollcheck.assert_rolled(doc, records, [GROUP], min_sent=30, serving=[GROUP, SIM_GROUP])

@@ -75,3 +75,24 @@ def test_an_answer_without_finish_reason_is_incomplete(server):
     Handler.reply, Handler.finish = "anything", None
     records, dummy = load(server, None)
     assert not any(r["ok"] for r in records), records
+
+
+def test_under_load_runs_the_action_between_a_settled_and_a_stopped_load(server):
+    import rollcheck  # noqa: E402  pylint: disable=import-outside-toplevel
+    marks = []
+    load = loadclient.Load(server, count=1000, rate=20.0)
+    result, records = rollcheck.under_load(load, lambda: marks.append(len(load.records)) or "done", settle=0.5,
+                                           tail=0.3, wait=30)
+    assert result == "done" and marks and marks[0] > 0              # requests flowed before the action
+    assert 0 < len(records) < 1000 and all(r["ok"] for r in records)  # stopped after the action, all answered
+
+
+def test_under_load_stops_the_load_when_the_action_fails(server):
+    import rollcheck  # noqa: E402  pylint: disable=import-outside-toplevel
+    load = loadclient.Load(server, count=1000, rate=20.0)
+
+    def boom():
+        raise RuntimeError("reprovision crashed")
+    with pytest.raises(RuntimeError):
+        rollcheck.under_load(load, boom, settle=0.2, tail=0.1, wait=30)
+    assert load.stopped.is_set() and load.sent() < 1000
