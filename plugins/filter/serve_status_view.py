@@ -1,0 +1,57 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filter shell around plugin_utils/_serve_status.view (the rule and its tests live there)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: serve_status_view
+short_description: A serving group's status from its ranks' containers, the rank that failed first leading
+version_added: 0.1.0
+author: dspark.cluster contributors (@dspark-cluster)
+description:
+  - Takes each member's container as C(docker inspect) gave it and names the rank whose container failed first, by
+    tp_ranks' rule - the one that ended first when docker knows when every ended one finished, else the only one
+    killed (exit code 137 or OOMKilled), else the only one that ended while another rank runs - and the other ranks
+    as its consequences.
+options:
+  _input:
+    description: The group's hosts, in order.
+    type: list
+    elements: str
+    required: true
+  ranks:
+    description: Their ranks (C(dspark_rank)), in the same order.
+    type: list
+    elements: int
+    required: true
+  containers:
+    description: Their containers, in the same order, as C(status.yml) notes them (C(state), C(exit_code),
+      C(oom_killed), C(finished_at); C({state: absent}) when there is none).
+    type: list
+    elements: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Name the rank that failed first
+  ansible.builtin.set_fact:
+    _serve_status_view: "{{ _serve_members | dspark.cluster.serve_status_view(ranks, containers) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: C(rows) (per rank host, rank, state, ended, running, exit_code, killed, finished, label),
+    C(first_failure) (the row of the rank that failed first, or null) and C(text) (the failure's lead, or empty).
+  type: dict
+"""
+
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_status
+
+
+class FilterModule:
+    def filters(self):
+        return {"serve_status_view": _serve_status.view}
