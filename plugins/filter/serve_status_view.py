@@ -30,7 +30,7 @@ options:
     required: true
   containers:
     description: Their containers, in the same order, as C(status.yml) notes them (C(state), C(exit_code),
-      C(oom_killed), C(finished_at); C({state: absent}) when there is none).
+      C(oom_killed), C(finished_at); state C(absent) when there is none).
     type: list
     elements: dict
     required: true

@@ -7,8 +7,8 @@ failure, which leads with that rank and marks the others as its consequences. Pu
 
 from __future__ import annotations
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_assess import (container_killed, docker_time,
-                                                                                 first_failure)
+from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_assess import (
+    container_killed, docker_time, first_failure)
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_plan import as_int
 
 ENDED = ('exited', 'dead')
