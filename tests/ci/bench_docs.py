@@ -20,6 +20,23 @@ FIX = "run python tests/ci/bench_docs.py"
 
 # One entry per result file: title, script (in bench/), what it measures (prose, no numbers), and its key numbers
 # as (label, path into the JSON). A path is dotted; "*" takes every item of a list or every value of a mapping.
+# Key numbers shared by the results of one script (the same labels and paths).
+COPY_NUMBERS = [
+    ("streams", "streams"), ("plain rsync -a (MB/s)", "plain_rsync_mb_s"),
+    ("one stream (MB/s)", "single_stream_mb_s"), ("parallel streams (MB/s)", "parallel_mb_s"),
+    ("one stream / plain", "ratio_single"), ("parallel / plain", "throughput_ratio"),
+    ("parallel / plain, each round", "rounds.*.ratio_parallel")]
+ROLL_NUMBERS = [
+    ("load (requests/s)", "load.rate_per_s"),
+    ("during the roll: sent", "during_roll.requests_sent"),
+    ("during the roll: failed", "during_roll.requests_failed"),
+    ("during the roll: incomplete streams", "during_roll.incomplete"),
+    ("p50 latency during the roll (s)", "during_roll.latency_p50_s"),
+    ("p99 latency during the roll (s)", "during_roll.latency_p99_s"),
+    ("p50 latency, steady (s)", "steady_state.latency_p50_s"),
+    ("p99 latency, steady (s)", "steady_state.latency_p99_s"),
+    ("out of rotation per group (s)", "groups.*.out_of_rotation_s")]
+
 BENCHMARKS = {
     "site_noop.json": {
         "title": "No-op re-run of site.yml",
@@ -98,20 +115,14 @@ BENCHMARKS = {
         "measures": "`BENCH_LINK=local`: the `checkpoint_copy` module with one stream and with several streams "
                     "(AES-GCM, the key forced into rrsync) against plain `rsync -a`, through a private sshd on "
                     "127.0.0.1 of the 2-core development machine: sender, receiver, ssh and sshd share its cores.",
-        "numbers": [("streams", "streams"), ("plain rsync -a (MB/s)", "plain_rsync_mb_s"),
-                    ("one stream (MB/s)", "single_stream_mb_s"), ("parallel streams (MB/s)", "parallel_mb_s"),
-                    ("one stream / plain", "ratio_single"), ("parallel / plain", "throughput_ratio"),
-                    ("parallel / plain, each round", "rounds.*.ratio_parallel")],
+        "numbers": COPY_NUMBERS,
     },
     "checkpoint_throughput_local_run1.json": {
         "title": "Parallel SCP streams, loopback, 2 cores (earlier run)",
         "script": "bench/bench_checkpoint_throughput.py",
         "measures": "An earlier run of the same loopback benchmark, kept beside it: the load from other sessions "
                     "on the same 2 cores swung during both runs.",
-        "numbers": [("streams", "streams"), ("plain rsync -a (MB/s)", "plain_rsync_mb_s"),
-                    ("one stream (MB/s)", "single_stream_mb_s"), ("parallel streams (MB/s)", "parallel_mb_s"),
-                    ("one stream / plain", "ratio_single"), ("parallel / plain", "throughput_ratio"),
-                    ("parallel / plain, each round", "rounds.*.ratio_parallel")],
+        "numbers": COPY_NUMBERS,
     },
     "checkpoint_throughput_device.json": {
         "title": "Parallel SCP streams, loopback, 16 cores",
@@ -146,15 +157,7 @@ BENCHMARKS = {
         "measures": "A steady load through the fleet lab's HAProxy router (half the requests streamed), first "
                     "alone, then during `dspark-fleet reprovision --rolling` of every group (drain, site.yml, "
                     "proof, back in rotation).",
-        "numbers": [("load (requests/s)", "load.rate_per_s"),
-                    ("during the roll: sent", "during_roll.requests_sent"),
-                    ("during the roll: failed", "during_roll.requests_failed"),
-                    ("during the roll: incomplete streams", "during_roll.incomplete"),
-                    ("p50 latency during the roll (s)", "during_roll.latency_p50_s"),
-                    ("p99 latency during the roll (s)", "during_roll.latency_p99_s"),
-                    ("p50 latency, steady (s)", "steady_state.latency_p50_s"),
-                    ("p99 latency, steady (s)", "steady_state.latency_p99_s"),
-                    ("out of rotation per group (s)", "groups.*.out_of_rotation_s")],
+        "numbers": ROLL_NUMBERS,
     },
     "real_engine_roll.json": {
         "title": "Requests through the router during a rolling reprovision (real engine)",
@@ -162,14 +165,7 @@ BENCHMARKS = {
         "measures": "The same as the fleet lab's roll benchmark (`BENCH_LAB=real`), on the real-engine lab: its real "
                     "vLLM group is drained, restarted (a real engine start), proven and put back while its "
                     "simulated group serves, under a steady load of 16-token answers with an API key.",
-        "numbers": [("load (requests/s)", "load.rate_per_s"),
-                    ("during the roll: sent", "during_roll.requests_sent"),
-                    ("during the roll: failed", "during_roll.requests_failed"),
-                    ("during the roll: incomplete streams", "during_roll.incomplete"),
-                    ("p50 latency during the roll (s)", "during_roll.latency_p50_s"),
-                    ("p99 latency during the roll (s)", "during_roll.latency_p99_s"),
-                    ("p50 latency, steady (s)", "steady_state.latency_p50_s"),
-                    ("out of rotation per group (s)", "groups.*.out_of_rotation_s")],
+        "numbers": ROLL_NUMBERS,
     },
 }
 
