@@ -1,8 +1,12 @@
-"""dspark-fleet: plan, reprovision and status over the serving groups of one inventory.
+"""dspark-fleet: plan, reprovision, status, watch and qualify over the serving groups of one inventory.
 
-Exit codes: 0 every group converged (skipped by --resume counts as converged) / is ok; 1 a group failed,
-was cancelled or did not start; 2 bad usage or bad input (unknown group pattern, unreadable inventory or
---resume report, the global validation failed).
+qualify runs playbooks/qualify.yml (changes nothing) per group, every group at once by default, and reports
+each group qualified or not with the failing checks and their fixes (qualify.py).
+
+Exit codes: 0 every group converged (skipped by --resume counts as converged) / is ok / is qualified; 1 a group
+failed, was cancelled, did not start, or (qualify) is not qualified or unreachable; 2 bad usage or bad input
+(unknown group pattern, unreadable inventory or --resume report, a playbook missing under --project-dir, the
+global validation failed).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from . import __version__, fingerprint, inventory, locks, progress, report, resume, rolling, runner_exec, watch
+from . import __version__, fingerprint, inventory, locks, progress, qualify, report, resume, rolling, runner_exec, watch
 from .orchestrator import Fleet, GroupRun, default_judge
 from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED, OK, RUNNING, SKIPPED, SUCCESS, Scheduler
 
@@ -23,7 +27,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 PLAYBOOKS = {"plan": "site.yml", "reprovision": "site.yml", "status": "playbooks/status.yml",
-             "watch": watch.VERIFY}
+             "watch": watch.VERIFY, "qualify": "playbooks/qualify.yml"}
 PREFLIGHT = "playbooks/preflight.yml"
 # JSON, not key=value: `-e key=false` is the string "false", which ansible-core 2.19 refuses as a conditional.
 PREFLIGHT_VARS = '{"preflight_check_reachability": false}'
@@ -73,10 +77,10 @@ def build_parser():
         prog="dspark-fleet", allow_abbrev=False,
         description="Reprovision, plan and check the DGX Spark serving groups of one inventory, one "
                     "ansible-playbook run per group (ansible-runner).",
-        epilog="Exit codes: 0 all converged/ok, 1 a group failed, was cancelled or did not start, "
-               "2 bad usage or bad input.")
+        epilog="Exit codes: 0 all converged/ok/qualified, 1 a group failed, was cancelled, did not start or is not "
+               "qualified, 2 bad usage or bad input.")
     parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
-    sub = parser.add_subparsers(dest="subcommand", metavar="{plan,reprovision,status,watch}")
+    sub = parser.add_subparsers(dest="subcommand", metavar="{plan,reprovision,status,watch,qualify}")
     sub.required = True
 
     plan = sub.add_parser("plan", parents=[common], allow_abbrev=False,
@@ -110,6 +114,15 @@ def build_parser():
                                "table (and the supervisor's journal when there is one)")
     stat.add_argument("--journal", metavar="PATH", help="the supervisor's journal (default <state dir>/journal.jsonl)")
     add_watch_parser(sub, common)
+    sub.add_parser("qualify", parents=[common], allow_abbrev=False,
+                   help="playbooks/qualify.yml per group, all groups at once unless --parallel is given (changes "
+                        "nothing): each group qualified or not, every failing check with its fix",
+                   description="Run playbooks/qualify.yml (it changes nothing) once per serving group with --limit "
+                               "<group>, every selected group at the same time unless --parallel N is given. Each "
+                               "host's qualify_result fact is reported: per group qualified, not qualified (a check "
+                               "failed), unreachable or failed; the failing and warning checks with their fixes.",
+                   epilog="Exit codes: 0 every group qualified, 1 a group not qualified, unreachable, failed or "
+                          "not run, 2 bad usage or bad input.")
     return parser
 
 
@@ -210,6 +223,8 @@ class Context:
             self.groups = self.inv.select(self.patterns)
         except inventory.InventoryError as exc:
             raise UsageError(str(exc)) from None
+        if self.subcommand == "qualify" and not any(a == "--parallel" or a.startswith("--parallel=") for a in argv):
+            args.parallel = max(1, len(self.groups))     # qualify changes nothing: every group at once
         try:
             self.extra_digest = fingerprint.extra_vars_digest(args.extra_vars)
         except fingerprint.ExtraVarsError as exc:
@@ -346,6 +361,7 @@ class Interrupts:
 def group_entries(ctx, runs, skips=None, skip_previous=None):
     skips = skips or {}
     entries = {}
+    qualifying = ctx.subcommand == "qualify"
     for group in ctx.groups:
         common = {"fingerprint": ctx.fingerprints[group], "members": ctx.members(group),
                   "model": ctx.inv.head_var(group, "dspark_model"),
@@ -357,6 +373,8 @@ def group_entries(ctx, runs, skips=None, skip_previous=None):
         run = runs.get(group)
         if run is None or run.started is None:
             entries[group] = report.group_entry(group, NOT_STARTED, **common)
+            if qualifying:
+                entries[group]["qualify"] = qualify.section(entries[group], None)
             continue
         with run.lock:
             result = run.result or RUNNING
@@ -375,6 +393,8 @@ def group_entries(ctx, runs, skips=None, skip_previous=None):
                 runner=({"status": run.run_result.status, "rc": run.run_result.rc} if run.run_result else None),
                 logs={"artifacts_dir": run.spec.artifact_dir, "stdout": run.spec.stdout_path},
                 memory_kib=run.memory_kib, error=error, **common)
+            if qualifying:
+                entries[group]["qualify"] = qualify.section(entries[group], run.events)
     return entries
 
 
@@ -447,10 +467,10 @@ def run_preflight(ctx, interrupts, prog):
     return run.result, msg
 
 
-def finish(ctx, entries, code):
+def finish(ctx, entries, code, summary=None):
     ctx.meta["finished"] = time.time()
     paths = write_report(ctx, entries, code)
-    print_summary(ctx, entries)
+    (summary or print_summary)(ctx, entries)
     if paths:
         print("Report: %s (Markdown: %s)" % paths)
     print("Artifacts (each run's full Ansible output is <dir>/stdout): %s" % ctx.artifacts)
@@ -596,7 +616,16 @@ def cmd_watch(ctx, interrupts, prog):
     return watch.run(ctx, ctx.args, interrupts, prog)
 
 
-COMMANDS = {"plan": cmd_plan, "reprovision": cmd_reprovision, "status": cmd_status, "watch": cmd_watch}
+def cmd_qualify(ctx, interrupts, prog):
+    """qualify.yml per group (no preflight, no group lock: it changes nothing); the verdicts come from the facts."""
+    scheduler = Scheduler(ctx.groups, parallel=ctx.args.parallel)
+    runs = run_groups(ctx, ctx.groups, interrupts, prog, OK, PLAYBOOKS["qualify"], scheduler)
+    entries = group_entries(ctx, runs)
+    return finish(ctx, entries, qualify.exit_code(entries), summary=qualify.print_summary)
+
+
+COMMANDS = {"plan": cmd_plan, "reprovision": cmd_reprovision, "status": cmd_status, "watch": cmd_watch,
+            "qualify": cmd_qualify}
 
 
 def main(argv=None):

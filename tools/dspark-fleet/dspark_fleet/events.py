@@ -16,7 +16,9 @@ What is kept:
 - the tp_ranks proof (``task_action`` dspark.cluster.tp_ranks): registered ranks, world size, elapsed,
   ready_at, each node's container image; or its failure message and diagnosis;
 - status (playbooks/status.yml): each rank's ``serve_status`` fact and whether the head's
-  "Check that the group serves" assert passed.
+  "Check that the group serves" assert passed;
+- qualify (playbooks/qualify.yml): each host's ``qualify_result`` fact (its checks; the head's also carries the
+  group-scope checks), kept as set even when a later task fails the host.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from datetime import datetime
 
 TP_RANKS_ACTIONS = ("dspark.cluster.tp_ranks", "tp_ranks")
 STATUS_FACT = "serve_status"
+QUALIFY_FACT = "qualify_result"
 FIRST_FAILURE_FACT = "serve_status_first_failure"   # the head's: the rank whose container failed first
 SERVES_TASK = "Check that the group serves"
 MSG_MAX = 2000
@@ -81,6 +84,7 @@ class GroupEvents:
         self.failures_dropped = 0
         self.tp_ranks = None        # proof or failure of the tp_ranks task
         self.status = {}            # host -> serve_status fact
+        self.qualify = {}           # host -> qualify_result fact
         self.serving = None         # the head's assert: True passed, False failed, None not seen
         self.first_failure = None   # the head's serve_status_first_failure fact (status.yml), when it names one
         self.stats = None
@@ -175,6 +179,8 @@ class GroupEvents:
         facts = res.get("ansible_facts") or {}
         if STATUS_FACT in facts and isinstance(facts[STATUS_FACT], dict):
             self.status[data.get("host") or "?"] = facts[STATUS_FACT]
+        if QUALIFY_FACT in facts and isinstance(facts[QUALIFY_FACT], dict):
+            self.qualify[data.get("host") or "?"] = facts[QUALIFY_FACT]
         if isinstance(facts.get(FIRST_FAILURE_FACT), dict):
             self.first_failure = facts[FIRST_FAILURE_FACT]
         if data.get("task") == SERVES_TASK:

@@ -2,7 +2,7 @@
 
 Both files are written atomically (a temporary file in the same directory, fsync, rename): an interrupted
 write leaves the previous report, never half of one. The report holds no inventory or extra-vars value,
-only hashes of them.
+only hashes of them. A `qualify` report's group entries also carry a ``qualify`` section (see qualify.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from . import __version__
 from .events import image_id
+from .qualify import markdown as qualify_markdown
 from .scheduler import RESULTS
 
 SCHEMA_ID = "dspark-fleet-report/1"
@@ -260,6 +261,9 @@ def _table(header, rows):
 
 
 def _proof_text(group):
+    if group.get("qualify"):
+        view = group["qualify"]
+        return "%s: %s" % (view["verdict"], view["summary"]) if view.get("summary") else view["verdict"]
     proof = group.get("tp_ranks")
     if proof:
         ranks = ", ".join("%s on %s" % (r.get("rank"), r.get("node")) for r in proof.get("registered_ranks") or [])
@@ -356,6 +360,8 @@ def _group_section(name, group, subcommand):
         out += ["", "Would change:" if changes else "Would change: nothing."]
         for key, task in changes:
             out.append("- %s: %s (%s)" % (key, task["task"], ", ".join(task["hosts"])))
+    if group.get("qualify"):
+        out += qualify_markdown(group, _table)
     proof = group.get("tp_ranks")
     if proof:
         out += ["", "tp_ranks proof: world size %s, checked in %s s, ready at %s" % (
