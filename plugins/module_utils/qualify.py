@@ -99,9 +99,9 @@ def judge_allow_deny(check, subject, value, allow, deny, allow_variable, deny_va
                               fix_deny, deny_variable)
     threshold = {'allow': [p for p, _ in allow_c]} if allow_c else None
     if not allow_c:
+        denied = '' if deny is None else ' (and none of %d %s entries matches)' % (len(deny_c), deny_variable)
         return make_check(check, subject, value, None, 'pass',
-                          '%s %s: %s is empty, any %s is allowed (and none of %d %s entries matches)'
-                          % (what, value, allow_variable, what, len(deny_c), deny_variable),
+                          '%s %s: %s is empty, any %s is allowed%s' % (what, value, allow_variable, what, denied),
                           None, allow_variable)
     for pattern, regex in allow_c:
         if regex.fullmatch(value):
@@ -119,7 +119,7 @@ def judge_allow_deny(check, subject, value, allow, deny, allow_variable, deny_va
 def judge_kernel(release, allow=None, deny=None, allow_variable='kernel_allow', deny_variable='kernel_deny'):
     release = (release or '').strip()
     return judge_allow_deny(
-        'kernel', 'kernel', release, allow, deny, allow_variable, deny_variable, 'kernel',
+        'kernel', 'kernel', release, allow, deny or [], allow_variable, deny_variable, 'kernel',
         'Boot a kernel that %s allows (apt install the supported kernel, reboot into it), or add this release to '
         '%s once it is validated' % (allow_variable, allow_variable),
         'Boot another kernel (pin the supported one, reboot into it); do not remove the %s entry unless its '
@@ -186,7 +186,7 @@ def judge_driver(version, allow=None, deny=None, required=False, allow_variable=
                           'no NVIDIA driver is loaded and %s is false: driver not judged' % required_variable,
                           None, required_variable)
     return judge_allow_deny(
-        'driver', 'nvidia', version, allow, deny, allow_variable, deny_variable, 'NVIDIA driver',
+        'driver', 'nvidia', version, allow, deny or [], allow_variable, deny_variable, 'NVIDIA driver',
         'Install a driver version that %s allows and reboot, or add %s to %s once it is validated'
         % (allow_variable, version, allow_variable),
         'Install another driver version and reboot; do not remove the %s entry unless its source says the '

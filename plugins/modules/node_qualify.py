@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: node_qualify
 short_description: Measure whether a node is fit to join the cluster and judge each measurement
-version_added: 0.3.0
+version_added: 0.2.0
 description:
   - Reads the kernel release, C(/etc/os-release), the NVIDIA driver version, free space and inodes of the given paths,
     C(/proc/meminfo), C(/proc/swaps), the state of earlyoom and systemd-oomd, the kernel clock discipline
