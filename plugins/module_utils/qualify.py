@@ -404,7 +404,8 @@ def judge_time(time, required=True, max_error_ms=100, error=None, required_varia
 # ---------------------------------------------------------------------------------------------------- ports
 
 USER_RE = re.compile(r'\("((?:[^"\\]|\\.)*)",(?:pid=)?(\d+)(?:,(?:fd=)?(\d+))?')
-DOCKER_ID_RES = (re.compile(r'docker-([0-9a-f]{64})\.scope'), re.compile(r'/docker/([0-9a-f]{64})(?:/|$)'))
+DOCKER_SCOPE_RE = re.compile(r'docker-([0-9a-f]{64})\.scope')
+DOCKER_HEX_RE = re.compile(r'[0-9a-f]{64}')
 
 
 def parse_ss(text):
@@ -437,12 +438,30 @@ def parse_ss(text):
 
 
 def container_id_from_cgroup(text):
-    """The docker container ID in /proc/<pid>/cgroup text (cgroup v1 or v2, systemd or cgroupfs driver), or None."""
+    """The docker container ID in /proc/<pid>/cgroup text (cgroup v1 or v2, systemd or cgroupfs driver), or None.
+
+    Only a container that holds the process directly counts: the last part of the path. A service of a node that is
+    itself a container (a lab node, a DinD host) sits under /docker/<node>/system.slice/... and is a host process of
+    that node. cgroup v1's resource controllers stop at the container's root even then, so the unified (0::) and
+    name=systemd hierarchies decide when the text has them."""
+    paths, preferred = [], []
     for line in (text or '').splitlines():
-        for regex in DOCKER_ID_RES:
-            found = regex.search(line)
-            if found:
-                return found.group(1)
+        parts = line.strip().split(':', 2)
+        if len(parts) != 3:
+            continue
+        paths.append(parts[2])
+        # A root path there (0::/ on cgroup v1 with the cgroupfs driver) places nothing.
+        if ((parts[0] == '0' and parts[1] == '') or parts[1] == 'name=systemd') and parts[2].strip('/'):
+            preferred.append(parts[2])
+    for path in preferred or paths:
+        names = [n for n in path.split('/') if n]
+        if not names:
+            continue
+        found = DOCKER_SCOPE_RE.fullmatch(names[-1])
+        if found:
+            return found.group(1)
+        if len(names) >= 2 and names[-2] == 'docker' and DOCKER_HEX_RE.fullmatch(names[-1]):
+            return names[-1]
     return None
 
 

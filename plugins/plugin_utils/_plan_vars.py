@@ -22,7 +22,7 @@ import yaml
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs, _role_rules, inventory_rules
 
 # The roles with an argument spec, and the prefixes whose unknown names are typos.
-SPEC_ROLES = ("checkpoint", "docker_runtime", "fabric", "nfs_export", "preflight", "router", "serve")
+SPEC_ROLES = ("checkpoint", "docker_runtime", "fabric", "nfs_export", "preflight", "qualify", "router", "serve")
 PREFIXES = tuple(role + "_" for role in SPEC_ROLES) + ("dspark_",)
 
 # Ports where 0 means "no listener" (the router's plain HTTP port and its stats page).

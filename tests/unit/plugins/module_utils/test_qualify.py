@@ -367,3 +367,12 @@ def test_group_empty_and_single():
 def test_fail_without_fix_is_refused():
     with pytest.raises(qualify.QualifyError):
         qualify.make_check("disk", "/", 0, 1, "fail", "no fix")
+
+
+def test_a_service_of_a_node_that_is_itself_a_container_is_a_host_process():
+    # Recorded on a lab node (a Docker container running systemd, cgroup v1 hybrid): a systemd-run service and PID 1.
+    assert qualify.container_id_from_cgroup(fixture("cgroup_lab_service_v1.txt")) is None
+    assert qualify.container_id_from_cgroup(fixture("cgroup_lab_init_v1.txt")) is None
+    nested = "0::/docker/%s/docker/%s\n" % ("a" * 64, "b" * 64)
+    assert qualify.container_id_from_cgroup(nested) == "b" * 64
+    assert qualify.container_id_from_cgroup("0::/system.slice/docker-%s.scope\n" % ("c" * 64)) == "c" * 64

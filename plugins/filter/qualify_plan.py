@@ -1,0 +1,59 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Thin shell: one part of the qualify role's plan from plugin_utils._qualify_plan."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+name: qualify_plan
+short_description: One part of the qualify role's plan and its group checks
+version_added: 0.3.0
+description:
+  - The qualify role's planning in Python (C(plugins/plugin_utils/_qualify_plan.py)), one part per call. Internal to
+    the role (its C(tasks/main.yml)); the parts and their inputs may change without notice.
+  - Runs on the controller and never connects to a node.
+author:
+  - dspark.cluster contributors (@dspark)
+options:
+  _input:
+    description: The part's inputs (a dict; see each function of C(_qualify_plan)).
+    type: raw
+    required: true
+  part:
+    description: The part to compute.
+    type: str
+    required: true
+    choices: [disks, links, read_interfaces, ping_interfaces, unaddressed, ports, addressed, peers, fabric_checks,
+              group_checks, failures, result]
+"""
+
+EXAMPLES = r"""
+- name: The disks this node checks
+  ansible.builtin.debug:
+    msg: "{{ {'hf_cache': dspark_hf_cache, 'model_bytes': 0, 'reserve_bytes': 1073741824} | dspark.cluster.qualify_plan('disks') }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The part asked for (see C(plugins/plugin_utils/_qualify_plan.py)).
+  type: raw
+"""
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _qualify_plan
+
+_PARTS = ("disks", "links", "read_interfaces", "ping_interfaces", "unaddressed", "ports", "addressed", "peers", "fabric_checks", "group_checks", "failures", "result")
+
+
+def qualify_plan(value, part):
+    if part not in _PARTS:
+        raise AnsibleFilterError("dspark.cluster.qualify_plan: unknown part %r" % (part,))
+    return getattr(_qualify_plan, part)(value)
+
+
+class FilterModule:
+    def filters(self):
+        return {"qualify_plan": qualify_plan}

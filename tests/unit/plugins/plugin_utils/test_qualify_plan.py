@@ -1,0 +1,144 @@
+"""The qualify role's plan (plugins/plugin_utils/_qualify_plan.py): what each node checks, the fabric_check result
+as checks, the published result and its failure lines."""
+
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _qualify_plan as plan
+
+GIB = 1024 ** 3
+
+
+def test_disks_need_what_the_model_still_needs_plus_the_reserve():
+    disks = plan.disks({"hf_cache": "/cache", "model_bytes": str(100 * GIB), "present_bytes": str(40 * GIB),
+                        "reserve_bytes": 10 * GIB, "min_inodes": "1000", "docker_root": "/var/lib/docker",
+                        "docker_root_min_bytes": 5 * GIB})
+    assert disks[0]["path"] == "/cache"
+    assert disks[0]["need_bytes"] == 70 * GIB
+    assert disks[0]["need_inodes"] == 1000
+    assert disks[0]["variable"] == "qualify_model_bytes"
+    assert disks[1] == {"path": "/var/lib/docker", "need_bytes": 5 * GIB, "need_inodes": 0,
+                        "variable": "qualify_docker_root_min_bytes", "label": "Docker's data root (qualify_docker_root)"}
+
+
+def test_a_model_already_whole_in_the_cache_needs_only_the_reserve():
+    disks = plan.disks({"hf_cache": "/c", "model_bytes": 100, "present_bytes": 150, "reserve_bytes": 7,
+                        "docker_root_min_bytes": 0, "docker_root": "/d"})
+    assert [d["need_bytes"] for d in disks] == [7]
+
+
+def test_an_unknown_model_size_checks_the_reserve_and_says_so():
+    disk = plan.disks({"hf_cache": "/c", "model_bytes": 0, "present_bytes": "garbage", "reserve_bytes": 9})[0]
+    assert disk["need_bytes"] == 9
+    assert disk["variable"] == "qualify_disk_reserve_bytes"
+    assert "qualify_model_bytes is 0" in disk["label"]
+
+
+def test_links_add_the_second_fabric_interface():
+    assert plan.links({"interface": "a", "secondary_interface": "", "min_speed_mbps": "0"}) == [
+        {"name": "a", "variable": "dspark_fabric_interface", "min_speed_mbps": 0}]
+    links = plan.links({"interface": "a", "secondary_interface": "b", "min_speed_mbps": 200000})
+    assert [(l["name"], l["variable"], l["min_speed_mbps"]) for l in links] == [
+        ("a", "dspark_fabric_interface", 200000), ("b", "fabric_secondary_interface", 200000)]
+    assert plan.read_interfaces({"interface": "a"}) == [
+        {"name": "a", "variable": "dspark_fabric_interface", "require_up": False}]
+
+
+def test_ports_are_the_heads_only():
+    inputs = {"is_head": True, "api_port": "8000", "master_port": 25000}
+    assert [(p["port"], p["variable"]) for p in plan.ports(inputs)] == [(8000, "dspark_api_port"),
+                                                                      (25000, "dspark_master_port")]
+    assert plan.ports(dict(inputs, is_head=False)) == []
+
+
+def test_addressed_reads_the_fabric_address_from_the_links():
+    read = {"links": [{"interface": "f0", "ipv4": ["192.168.100.1/24"]}]}
+    assert plan.addressed({"read": read, "address": "192.168.100.1"})
+    assert not plan.addressed({"read": read, "address": "192.168.100.2"})
+    assert not plan.addressed({"read": {"links": [{"interface": "f0"}]}, "address": "192.168.100.1"})
+    assert plan.unaddressed({"members": ["h", "w1", "w2"], "addressed": {"h": True, "w2": False}}) == ["w1", "w2"]
+
+
+def test_peers_and_ping_interfaces():
+    peers = plan.peers({"host": "h", "interface": "f0", "mtu": "9000",
+                        "addresses": {"h": "10.0.0.1", "w": "10.0.0.2", "x": ""}})
+    assert peers == [{"name": "w", "address": "10.0.0.2", "interface": "f0", "mtu": 9000}]
+    assert plan.ping_interfaces({"interface": "f0", "mtu": 9000, "address": "10.0.0.1", "cidr": "10.0.0.0/30"}) == [
+        {"name": "f0", "variable": "dspark_fabric_interface", "mtu": 9000, "address": "10.0.0.1/30"}]
+
+
+def test_the_end_to_end_check_is_skipped_with_its_reason():
+    never = plan.fabric_checks({"mode": "never", "result": None})
+    assert [c["verdict"] for c in never] == ["skip"]
+    first = plan.fabric_checks({"mode": "auto", "result": {"skipped": True}, "unaddressed": ["spark-worker"]})
+    assert first[0]["verdict"] == "skip"
+    assert "spark-worker" in first[0]["message"]
+
+
+def test_fabric_check_results_become_checks():
+    result = {
+        "links": [{"interface": "f0", "variable": "dspark_fabric_interface", "mtu": 1500, "mtu_expected": 9000,
+                   "ipv4": ["10.0.0.1/30"], "address_expected": "10.0.0.1/30",
+                   "problems": ["dspark_fabric_interface=f0 has MTU 1500, expected 9000 (dspark_fabric_mtu). Fix: "
+                                "re-run the fabric role."]}],
+        "pings": [{"peer": "w", "address": "10.0.0.2", "interface": "f0", "size": 8972, "mtu": 9000,
+                   "transmitted": 3, "received": 0, "too_long": True, "ok": False},
+                  {"peer": "x", "address": "10.0.0.3", "interface": "f0", "size": 8972, "mtu": 9000,
+                   "transmitted": 3, "received": 3, "ok": True}]}
+    checks = plan.fabric_checks({"mode": "auto", "result": result})
+    assert [(c["check"], c["verdict"]) for c in checks] == [
+        ("fabric_link", "fail"), ("mtu_end_to_end", "fail"), ("mtu_end_to_end", "pass")]
+    assert checks[0]["message"] == "dspark_fabric_interface=f0 has MTU 1500, expected 9000 (dspark_fabric_mtu)."
+    assert checks[0]["fix"] == "re-run the fabric role."
+    assert "too long" in checks[1]["message"] and "8972" in checks[1]["message"]
+    assert checks[1]["variable"] == "dspark_fabric_mtu" and checks[1]["fix"]
+
+
+def test_the_result_counts_and_the_failure_lines():
+    node = [plan.check("port", "8000", "python3 (pid 7)", "free", "fail", "port 8000 is held by python3 (pid 7)",
+                       fix="stop it"),
+            plan.check("kernel", "6.8.0", "6.8.0", None, "pass", "allowed")]
+    group_level = [plan.check("time", "clocks", 3, 100, "pass", "within")]
+    res = plan.result({"host": "h", "group": "g", "node": node, "fabric": [], "group_level": group_level})
+    assert not res["ok"]
+    assert res["counts"]["fail"] == 1 and res["counts"]["pass"] == 2
+    assert [c["scope"] for c in res["checks"]] == ["node", "node", "group"]
+    assert plan.failures(res["checks"]) == ["port 8000: port 8000 is held by python3 (pid 7) Fix: stop it"]
+    assert plan.result({"host": "h", "group": "g", "node": node[1:]})["ok"]
+
+
+def _measured(esterror_a, esterror_b, synced=True):
+    return {"h": {"time": {"synchronized": synced, "esterror_ms": esterror_a, "maxerror_ms": 1, "wall": 1000.0}},
+            "w": {"time": {"synchronized": synced, "esterror_ms": esterror_b, "maxerror_ms": 1, "wall": 1000.1}},
+            "gone": None}
+
+
+def test_group_clocks_are_bounded_by_the_sum_of_their_errors():
+    links = {"h": [{"name": "f0", "variable": "dspark_fabric_interface"}],
+             "w": [{"name": "f0", "variable": "dspark_fabric_interface"}]}
+    ok = plan.group_checks({"measured": _measured(10, 20), "planned_links": links, "max_offset_ms": 100,
+                            "time_sync_required": True})
+    assert [c["verdict"] for c in ok if c["check"] == "time" and c["subject"] == "group"][0] == "pass"
+    assert not [c for c in ok if c["verdict"] == "fail"]
+    far = plan.group_checks({"measured": _measured(60, 70), "planned_links": links, "max_offset_ms": "100",
+                             "time_sync_required": True})
+    bad = [c for c in far if c["check"] == "time" and c["verdict"] == "fail"]
+    assert bad and bad[0]["variable"] == "qualify_time_max_offset_ms" and "130" in bad[0]["message"]
+
+
+def test_unsynchronised_clocks_warn_when_sync_is_not_required():
+    measured = _measured(16000, 16000, synced=False)
+    required = plan.group_checks({"measured": measured, "planned_links": {}, "max_offset_ms": 100,
+                                  "time_sync_required": True})
+    assert any(c["check"] == "time" and c["verdict"] == "fail" for c in required)
+    relaxed = plan.group_checks({"measured": measured, "planned_links": {}, "max_offset_ms": 100,
+                                 "time_sync_required": False})
+    times = [c for c in relaxed if c["check"] == "time"]
+    assert times and all(c["verdict"] != "fail" for c in times)
+    assert any("qualify_time_sync_required is false" in c["message"] for c in times if c["verdict"] == "warn")
+
+
+def test_group_interface_names_must_agree():
+    measured = _measured(1, 1)
+    links = {"h": [{"name": "f0", "variable": "dspark_fabric_interface"}],
+             "w": [{"name": "f1", "variable": "dspark_fabric_interface"}]}
+    checks = plan.group_checks({"measured": measured, "planned_links": links, "max_offset_ms": 100})
+    names = [c for c in checks if c["check"] != "time"]
+    assert names and names[0]["verdict"] == "fail" and "f1" in names[0]["message"], checks
