@@ -463,7 +463,8 @@ def run_preflight(ctx, interrupts, prog):
             msg = (run.run_result.error if run.run_result else None) or runner_exec.stdout_tail(spec.stdout_path)
     ctx.meta["preflight"] = {"result": run.result, "msg": msg, "artifacts_dir": spec.artifact_dir,
                              "stdout": spec.stdout_path,
-                             "duration_s": round(run.finished - run.started, 3) if run.finished and run.started else None}
+                             "duration_s": (round(run.finished - run.started, 3)
+                                            if run.finished and run.started else None)}
     return run.result, msg
 
 

@@ -85,7 +85,8 @@ def group_entry(name, result, fingerprint, members, model, revision, events=None
         entry["changed"] = events.changed_total()
         if events.tp_ranks is not None and events.tp_ranks.get("ok"):
             proof = dict(events.tp_ranks)
-            proof["ready_at_iso"] = iso(proof.get("ready_at")) if isinstance(proof.get("ready_at"), (int, float)) else None
+            ready = proof.get("ready_at")
+            proof["ready_at_iso"] = iso(ready) if isinstance(ready, (int, float)) else None
             entry["tp_ranks"] = proof
         entry["image_id"] = image_id(events.tp_ranks)
         if events.status:
@@ -299,7 +300,8 @@ def to_markdown(report):
     preflight = report.get("preflight")
     if preflight:
         out += ["", "## Global validation (playbooks/preflight.yml)", "",
-                "Result: **%s**%s" % (preflight.get("result"), (": " + preflight["msg"]) if preflight.get("msg") else ""),
+                "Result: **%s**%s" % (preflight.get("result"),
+                                      (": " + preflight["msg"]) if preflight.get("msg") else ""),
                 "", "Log: `%s`" % preflight.get("stdout")]
     out += ["", "## Groups", ""]
     rows = []
@@ -348,7 +350,8 @@ def _group_section(name, group, subcommand):
     if group.get("rotation"):
         out.append("- router: %s" % rotation_text(group["rotation"]))
     if group.get("controller_memory_peak_kib"):
-        out.append("- controller memory peak (ansible-playbook): %.0f MiB" % (group["controller_memory_peak_kib"] / 1024.0))
+        out.append("- controller memory peak (ansible-playbook): %.0f MiB"
+                   % (group["controller_memory_peak_kib"] / 1024.0))
     phases = group.get("phases") or {}
     if phases:
         out += ["", "| phase | duration | tasks | changed |", "| --- | --- | --- | --- |"]
