@@ -45,7 +45,8 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _qualify_plan
 
-_PARTS = ("disks", "links", "read_interfaces", "ping_interfaces", "unaddressed", "ports", "addressed", "peers", "fabric_checks", "group_checks", "failures", "result")
+_PARTS = ("disks", "links", "read_interfaces", "ping_interfaces", "unaddressed", "ports", "addressed", "peers",
+          "fabric_checks", "group_checks", "failures", "result")
 
 
 def qualify_plan(value, part):

@@ -97,7 +97,7 @@ def judge_allow_deny(check, subject, value, allow, deny, allow_variable, deny_va
                               '%s %s matches %s entry %r: %s (source: %s)'
                               % (what, value, deny_variable, entry['pattern'], reason, source),
                               fix_deny, deny_variable)
-    threshold = {'allow': [p for p, _ in allow_c]} if allow_c else None
+    threshold = {'allow': [item[0] for item in allow_c]} if allow_c else None
     if not allow_c:
         denied = '' if deny is None else ' (and none of %d %s entries matches)' % (len(deny_c), deny_variable)
         return make_check(check, subject, value, None, 'pass',
@@ -109,7 +109,7 @@ def judge_allow_deny(check, subject, value, allow, deny, allow_variable, deny_va
                               '%s %s matches %s entry %r' % (what, value, allow_variable, pattern), None, allow_variable)
     return make_check(check, subject, value, threshold, 'fail',
                       '%s %s matches none of %s (%s)' % (what, value, allow_variable,
-                                                         ', '.join(repr(p) for p, _ in allow_c)),
+                                                         ', '.join(repr(item[0]) for item in allow_c)),
                       fix_allow, allow_variable)
 
 
@@ -133,7 +133,7 @@ def parse_os_release(text):
         line = line.strip()
         if not line or line.startswith('#') or '=' not in line:
             continue
-        key, _, value = line.partition('=')
+        key, _sep, value = line.partition('=')
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in '"\'':
             value = value[1:-1]
@@ -264,6 +264,7 @@ def judge_memory(meminfo_text, fraction=0.0, reserve_mib=0, variable='serve_gpu_
         return make_check('memory', 'memory', value, None, 'skip',
                           '/proc/meminfo has no MemTotal/MemAvailable (kernel older than 3.14?): memory not judged',
                           None, variable)
+    total, available = int(total), int(available)
     need = int(math.ceil(fraction * total + (reserve_mib or 0)))
     threshold = {'need_mib': need, 'fraction': fraction, 'reserve_mib': reserve_mib}
     how = '%s=%s x MemTotal %d MiB + reserve %d MiB' % (variable, fraction, total, reserve_mib or 0)
@@ -428,7 +429,7 @@ def parse_ss(text):
                 break
         if local is None:
             continue
-        address, _, port = local.rpartition(':')
+        address, _sep, port = local.rpartition(':')
         if not port.isdigit():
             continue
         users = [{'name': m.group(1), 'pid': int(m.group(2)),

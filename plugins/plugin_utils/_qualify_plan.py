@@ -103,7 +103,7 @@ def addressed(inputs):
     set up)."""
     address = inputs.get("address")
     for link in (inputs.get("read") or {}).get("links") or []:
-        if any(str(a).split("/")[0] == address for a in link.get("ipv4") or []):
+        if any(str(a).split("/", maxsplit=1)[0] == address for a in link.get("ipv4") or []):
             return True
     return False
 
@@ -151,8 +151,8 @@ def fabric_checks(inputs):
     for ping in result.get("pings") or []:
         ok = bool(ping.get("ok"))
         subject = "%s -> %s (%s)" % (ping.get("interface"), ping.get("peer"), ping.get("address"))
-        message = ("%d-byte DF pings answered (%s of %s)" % (ping.get("size") or 0, ping.get("received"),
-                                                            ping.get("transmitted"))
+        answered = (ping.get("size") or 0, ping.get("received"), ping.get("transmitted"))
+        message = ("%d-byte DF pings answered (%s of %s)" % answered
                    if ok else "no %d-byte ping with Don't Fragment came back from %s (%s of %s answered%s)" % (
                        ping.get("size") or 0, ping.get("peer"), ping.get("received"), ping.get("transmitted"),
                        "; the packet is too long for a link on the way" if ping.get("too_long") else ""))

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from test_lab import INVENTORY, NODES, REPO, lab_is_up, ssh  # noqa: F401  (the fixture skips without a lab)
+from test_lab import INVENTORY, NODES, REPO, ssh
+from test_lab import lab_is_up  # noqa: F401 pylint: disable=unused-import  # the fixture skips without a lab
 
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 HEAD, WORKER = sorted(NODES, key=lambda n: NODES[n]["mgmt"])[:2]
@@ -93,3 +94,18 @@ def test_each_injected_fault_is_named_with_its_fix(faults):  # pylint: disable=r
     assert link and "DOWN" in link[0]["message"] and NODES[WORKER]["fabric_if"] in link[0]["message"], worker
     # The play's failure says it too, one line per check.
     assert "DOWN" in run.stdout and "python3" in run.stdout
+
+
+def test_dspark_fleet_qualify_reports_the_faults(faults, tmp_path):  # pylint: disable=redefined-outer-name,unused-argument
+    fleet = str(Path(sys.executable).with_name("dspark-fleet"))
+    run = subprocess.run([fleet, "qualify", "-i", INVENTORY, "-e", NO_REGISTRY, "--artifacts", str(tmp_path / "a"),
+                          "--plain"], cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "NOT qualified" in run.stdout, run.stdout
+    doc = json.loads((tmp_path / "a" / "report.json").read_text(encoding="utf-8"))
+    entry = next(iter(doc["groups"].values()))["qualify"]
+    assert entry["verdict"] == "not qualified"
+    problems = {host: [c["check"] for c in h["problems"] if c["verdict"] == "fail"] for host, h in entry["hosts"].items()}
+    assert "port" in problems[HEAD] and "link" in problems[WORKER], problems
+    markdown = (tmp_path / "a" / "report.md").read_text(encoding="utf-8")
+    assert "DOWN" in markdown and "Fix" in markdown

@@ -49,7 +49,7 @@ def fake_node(monkeypatch, files=None, commands=None, timex=None, existing=("/",
         calls.append(tuple(argv))
         return node_commands.get(tuple(argv))
 
-    monkeypatch.setattr(node_qualify, "read_text", lambda path: node_files.get(path))
+    monkeypatch.setattr(node_qualify, "read_text", node_files.get)
     monkeypatch.setattr(node_qualify, "read_bytes",
                         lambda path: fixture("hand_docker_proxy_cmdline.bin", "rb") if path in ("/proc/5120/cmdline", "/proc/5127/cmdline")
                         else None)
@@ -140,7 +140,7 @@ def test_full_run_verdicts(monkeypatch, capsys):
 
 def test_check_mode_gives_the_same_result(monkeypatch, capsys):
     fake_node(monkeypatch)
-    _, normal = run_module(capsys, FULL)
+    _unused, normal = run_module(capsys, FULL)
     fake_node(monkeypatch)
     code, checked = run_module(capsys, dict(FULL, _ansible_check_mode=True))
     assert code == 0 and checked["checks"] == normal["checks"] and checked["changed"] is False

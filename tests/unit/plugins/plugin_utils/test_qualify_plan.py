@@ -43,8 +43,8 @@ def test_links_add_the_second_fabric_interface():
 
 def test_ports_are_the_heads_only():
     inputs = {"is_head": True, "api_port": "8000", "master_port": 25000}
-    assert [(p["port"], p["variable"]) for p in plan.ports(inputs)] == [(8000, "dspark_api_port"),
-                                                                      (25000, "dspark_master_port")]
+    ports = [(p["port"], p["variable"]) for p in plan.ports(inputs)]
+    assert ports == [(8000, "dspark_api_port"), (25000, "dspark_master_port")]
     assert plan.ports(dict(inputs, is_head=False)) == []
 
 
