@@ -191,7 +191,8 @@ def test_rolling_takes_one_group_at_a_time(tmp_path, fake_project, venv_path, ca
     for name in ("g1", "g2", "g3"):
         group = groups[name]
         assert group["result"] == "converged" and group["tp_ranks"]["ok"]
-        assert list(group["phases"])[0] == "router_drain" and list(group["phases"])[-1] == "router_enable"
+        assert list(group["phases"])[:2] == ["qualify_before_the_drain", "router_drain"]     # qualified first
+        assert list(group["phases"])[-1] == "router_enable" and group["qualify"]["verdict"] == "qualified"
         assert "serve" in group["phases"]
         assert group["rotation"]["back_in_rotation"] and group["rotation"]["out_of_rotation_s"] >= 0
         assert "%s " % name in out and "out of rotation" in out

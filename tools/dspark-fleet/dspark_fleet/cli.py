@@ -3,6 +3,9 @@
 qualify runs playbooks/qualify.yml (changes nothing) per group, every group at once by default, and reports
 each group qualified or not with the failing checks and their fixes (qualify.py).
 
+reprovision --rolling runs the same playbook per group before draining it (unless --no-qualify): a group that
+is not qualified is never drained nor touched, stays in rotation and counts as failed (rolling.py).
+
 Exit codes: 0 every group converged (skipped by --resume counts as converged) / is ok / is qualified; 1 a group
 failed, was cancelled, did not start, or (qualify) is not qualified or unreachable; 2 bad usage or bad input
 (unknown group pattern, unreadable inventory or --resume report, a playbook missing under --project-dir, the
@@ -108,6 +111,10 @@ def build_parser():
     rep.add_argument("--on-drain-timeout", choices=rolling.ON_DRAIN_TIMEOUT, default=None,
                      help="with --rolling: when requests are still open at that bound, put the group back untouched "
                           "and count it failed (fail, the default) or reprovision it anyway, cutting them (continue)")
+    rep.add_argument("--no-qualify", action="store_true", default=None,
+                     help="with --rolling: do not run %s --limit <group> before draining each group (by default a "
+                          "group that is not qualified is left in rotation untouched and counts as failed, without "
+                          "holding a --max-unavailable slot)" % rolling.QUALIFY)
 
     stat = sub.add_parser("status", parents=[common], allow_abbrev=False,
                           help="playbooks/status.yml per group: every rank's container, image and the API, as one "
@@ -256,6 +263,7 @@ class Context:
                 "resume": os.path.abspath(args.resume) if getattr(args, "resume", None) else None,
                 "rolling": self.rolling is not None,
                 "max_unavailable": self.max_unavailable,
+                "qualify_before_drain": (self.rolling.qualify_first if self.rolling is not None else None),
             },
             "extra_vars": {"count": len(args.extra_vars), "sha256": self.extra_digest},
         }
@@ -268,7 +276,7 @@ class Context:
         """The RollingRunner of --rolling (None without it), after checking the options against the inventory."""
         self.max_unavailable = None
         if not getattr(args, "rolling", False):
-            given = [o for o in ("--max-unavailable", "--drain-timeout", "--on-drain-timeout")
+            given = [o for o in ("--max-unavailable", "--drain-timeout", "--on-drain-timeout", "--no-qualify")
                      if getattr(args, o[2:].replace("-", "_"), None) is not None]
             if given:
                 raise UsageError("%s only apply with --rolling" % ", ".join(given))
@@ -288,9 +296,14 @@ class Context:
             raise UsageError("--max-unavailable %d would leave no group in rotation: the router serves %d group(s) "
                              "(%s). Use at most %d" % (self.max_unavailable, len(groups), ", ".join(groups),
                                                        len(groups) - 1))
+        qualify_first = not args.no_qualify
+        if qualify_first and not os.path.isfile(os.path.join(self.project_dir, rolling.QUALIFY)):
+            raise UsageError("%s has no %s, which --rolling runs before draining each group (--no-qualify skips it)"
+                             % (self.project_dir, rolling.QUALIFY))
         return rolling.RollingRunner(runner_exec.run_playbook, self.project_dir, extra_vars=args.extra_vars,
                                      drain_timeout=args.drain_timeout,
-                                     on_drain_timeout=args.on_drain_timeout or "fail")
+                                     on_drain_timeout=args.on_drain_timeout or "fail",
+                                     qualify=qualify_first, members=self.members)
 
     def prepare_artifacts(self):
         try:
@@ -395,7 +408,21 @@ def group_entries(ctx, runs, skips=None, skip_previous=None):
                 memory_kib=run.memory_kib, error=error, **common)
             if qualifying:
                 entries[group]["qualify"] = qualify.section(entries[group], run.events)
+            elif ctx.rolling is not None:
+                _rolling_qualify(ctx.rolling, group, entries[group], error)
     return entries
+
+
+def _rolling_qualify(runner, group, entry, error):
+    """--rolling: the group's qualify step; a group left untouched names it as its failure, its log as the log."""
+    view = runner.qualify_view(group)
+    if view is None:
+        return
+    entry["qualify"] = view
+    if runner.in_rotation(group):
+        entry["logs"] = dict(view["logs"])
+        if error and entry.get("failure"):
+            entry["failure"]["summary"] = error
 
 
 def exit_code_for(entries):
@@ -506,6 +533,10 @@ def print_summary(ctx, entries):
         if rotation:
             line += "; " + report.rotation_text(rotation)
         print(line)
+        step = entry.get("qualify")
+        if entry["result"] == FAILED and step and step["verdict"] != qualify.QUALIFIED and len(step["failing"]) > 1:
+            for check in step["failing"]:
+                print("  %-*s %s" % (width, "", qualify.check_text(check["host"], check)))
         if entry["result"] in (FAILED, CANCELLED) and entry.get("logs"):
             print("  %-*s log: %s" % (width, "", entry["logs"]["stdout"]))
 
@@ -580,10 +611,16 @@ def cmd_reprovision(ctx, interrupts, prog):
             ctx.meta["interrupted"] = bool(interrupts.count)
             return finish(ctx, entries, EXIT_FAILED)
     # Rolling: --max-unavailable is the parallelism, and a failed group (left out of rotation) keeps its slot.
-    scheduler = Scheduler(to_run, parallel=ctx.max_unavailable or ctx.args.parallel, canary=ctx.args.canary,
-                          max_failed=ctx.args.max_failed, hold_failed=ctx.rolling is not None)
+    # A group left in rotation because it was not qualified holds no slot.
     if ctx.rolling is not None:
-        prog.message("rolling through the router: at most %d group(s) out of rotation at once" % ctx.max_unavailable)
+        scheduler = rolling.RollingScheduler(to_run, parallel=ctx.max_unavailable, canary=ctx.args.canary,
+                                             max_failed=ctx.args.max_failed, in_rotation=ctx.rolling.in_rotation)
+        prog.message("rolling through the router: at most %d group(s) out of rotation at once%s" % (
+            ctx.max_unavailable, ", each qualified first (%s)" % rolling.QUALIFY if ctx.rolling.qualify_first
+            else ""))
+    else:
+        scheduler = Scheduler(to_run, parallel=ctx.args.parallel, canary=ctx.args.canary,
+                              max_failed=ctx.args.max_failed)
     # Each group's run holds the group's lock (shared with `watch`), waiting while the supervisor holds it.
     guarded = locks.locked_runner(locks.state_dir(ctx.args.state_dir), ctx.rolling or runner_exec.run_playbook,
                                   "reprovision",

@@ -22,6 +22,9 @@ The report entry of each group gets a ``qualify`` section (see ``section``):
   unreachable or failed host.
 
 A check verdict outside pass/fail/warn/info/skip counts as a failure (a playbook newer than this tool).
+
+``reprovision --rolling`` runs the same playbook per group before draining it; ``step`` gives that group's
+``qualify`` section plus ``failing`` (its failing checks, each with its host), ``runner`` and ``logs``.
 """
 
 from __future__ import annotations
@@ -189,6 +192,25 @@ def _summary(view, entry):
     return failure or verdict.replace("_", " ")
 
 
+def step(status, rc, events, members, logs, error=None, stdout_tail=""):
+    """The ``qualify`` section of a rolling group: what qualify.yml --limit <group> found before the drain.
+
+    `status`/`rc`/`error`: the run's (RunResult); `events`: its own GroupEvents; `members`: [{host, rank}];
+    `logs`: {artifacts_dir, stdout}; `stdout_tail`: the end of its stdout (named when it failed without a task).
+    """
+    result = OK if status == "successful" else CANCELLED if status == "canceled" else FAILED
+    failure = events.failure_view()
+    if failure is None and result == FAILED:
+        summary = error or "ansible-playbook ended with status %s (rc %s) without a failed task%s" % (
+            status, rc, (": " + stdout_tail) if stdout_tail else "")
+        failure = {"summary": summary, "failed_tasks": []}
+    view = section({"result": result, "members": members, "failure": failure}, events)
+    view["failing"] = [dict(check, host=host) for host, check in problems(view) if is_failing(check)]
+    view["runner"] = {"status": status, "rc": rc}
+    view["logs"] = logs
+    return view
+
+
 def exit_code(entries):
     """0 when every group is qualified, else 1."""
     return 0 if entries and all((e.get("qualify") or {}).get("verdict") == QUALIFIED
@@ -233,15 +255,17 @@ def _value(value):
     return json.dumps(value, sort_keys=True)
 
 
-def markdown(group, table):
+def markdown(group, table, title="Qualify"):
     """The qualify part of a group's Markdown section; `table(header, rows)` renders a table (report._table)."""
     view = group.get("qualify")
     if not view:
         return []
     counts = view["counts"]
-    out = ["", "Qualify: **%s**: %s" % (view["verdict"], view["summary"] or "-"), "",
+    out = ["", "%s: **%s**: %s" % (title, view["verdict"], view["summary"] or "-"), "",
            "%s on %s: %s." % (_plural(view["checks"], "check"), _plural(view["nodes"], "node"),
                               ", ".join("%d %s" % (n, v) for v, n in counts.items() if n) or "none")]
+    if (view.get("logs") or {}).get("stdout"):
+        out += ["", "Log: `%s`" % view["logs"]["stdout"]]
     out += [""] + table(["host", "rank", "result", "pass", "fail", "warn", "info", "skip", "error"], [
         [host, h["rank"], h["state"], h["counts"].get("pass"), h["counts"].get("fail"), h["counts"].get("warn"),
          h["counts"].get("info"), h["counts"].get("skip"), h["error"]] for host, h in view["hosts"].items()])

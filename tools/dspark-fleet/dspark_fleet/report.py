@@ -2,7 +2,8 @@
 
 Both files are written atomically (a temporary file in the same directory, fsync, rename): an interrupted
 write leaves the previous report, never half of one. The report holds no inventory or extra-vars value,
-only hashes of them. A `qualify` report's group entries also carry a ``qualify`` section (see qualify.py).
+only hashes of them. A `qualify` report's group entries also carry a ``qualify`` section (see qualify.py), and
+so does a `reprovision --rolling` group that was qualified before its drain (qualify.step).
 """
 
 from __future__ import annotations
@@ -261,8 +262,8 @@ def _table(header, rows):
     return lines
 
 
-def _proof_text(group):
-    if group.get("qualify"):
+def _proof_text(group, subcommand="qualify"):
+    if group.get("qualify") and subcommand == "qualify":
         view = group["qualify"]
         return "%s: %s" % (view["verdict"], view["summary"]) if view.get("summary") else view["verdict"]
     proof = group.get("tp_ranks")
@@ -310,7 +311,7 @@ def to_markdown(report):
         if model and group.get("model_revision"):
             model = "%s@%s" % (model, str(group["model_revision"])[:12])
         rows.append([name, "**%s**" % group["result"], _duration(group.get("duration_s")), group.get("changed"),
-                     short_image(group.get("image_id")), model, _proof_text(group)])
+                     short_image(group.get("image_id")), model, _proof_text(group, cmd["subcommand"])])
     out += _table(["group", "result", "duration", "changed", "image", "model", "proof / failure"], rows)
     for name, group in report["groups"].items():
         out += _group_section(name, group, cmd["subcommand"])
@@ -364,7 +365,7 @@ def _group_section(name, group, subcommand):
         for key, task in changes:
             out.append("- %s: %s (%s)" % (key, task["task"], ", ".join(task["hosts"])))
     if group.get("qualify"):
-        out += qualify_markdown(group, _table)
+        out += qualify_markdown(group, _table, "Qualify" if subcommand == "qualify" else "Qualify before the drain")
     proof = group.get("tp_ranks")
     if proof:
         out += ["", "tp_ranks proof: world size %s, checked in %s s, ready at %s" % (

@@ -1,8 +1,13 @@
 """`reprovision --rolling`: each group leaves the router's rotation only while it is reprovisioned.
 
-Per group, under its lock, three ansible-playbook runs whose events fold into the group's one GroupEvents
-(so the report's phases are router_drain, preflight ... serve, router_enable):
+Per group, under its lock, up to four ansible-playbook runs whose events fold into the group's one GroupEvents
+(so the report's phases are qualify_before_the_drain, router_drain, preflight ... serve, router_enable):
 
+0. playbooks/qualify.yml --limit <group> (changes nothing; skipped with --no-qualify): every node of the group
+   measured before it leaves rotation. A group that is not qualified (a failing check, a member unreachable, the
+   run failed) is never drained nor touched: it stays in rotation, counts as failed (--max-failed) but holds no
+   --max-unavailable slot (RollingScheduler), and the report's ``qualify`` section says why (qualify.step).
+   Its own events are kept apart (the group's phases only show the step; its failed tasks only when it failed).
 1. playbooks/router_drain.yml: no new requests to the group, then wait (bounded) for its open ones to end.
    The playbook itself refuses to drain the last group in rotation (nothing changed).
 2. site.yml --limit <group>: reprovision, ending with the tp_ranks proof.
@@ -10,7 +15,8 @@ Per group, under its lock, three ansible-playbook runs whose events fold into th
 
 A group whose reprovisioning (or enable) fails stays out of rotation and the report says so. A group that is
 drained but never touched (drain bound hit with --on-drain-timeout fail, or a cancel before site.yml) is put
-back. The scheduler counts a failed group as still unavailable (see Scheduler(hold_failed=True)).
+back. The scheduler counts a failed group as still unavailable (see Scheduler(hold_failed=True)), except one that
+was never drained because it was not qualified.
 """
 
 from __future__ import annotations
@@ -20,10 +26,19 @@ import json
 import os
 import threading
 
-from .runner_exec import RunResult
+from . import qualify
+from .events import GroupEvents
+from .runner_exec import RunResult, stdout_tail
+from .scheduler import FAILED, Scheduler
 
+QUALIFY = "playbooks/qualify.yml"
 DRAIN = "playbooks/router_drain.yml"
 ENABLE = "playbooks/router_enable.yml"
+QUALIFY_PLAY = "Qualify before the drain"     # the step's plays, as the group's phase qualify_before_the_drain
+# The qualify run's events the group's GroupEvents sees live (progress, pid, the phase); its failed tasks only
+# when the group is not qualified, its facts never.
+FORWARDED = ("playbook_on_start", "playbook_on_play_start", "playbook_on_task_start", "runner_on_start",
+             "playbook_on_stats")
 ROUTER_GROUP = "dspark_router"
 ON_DRAIN_TIMEOUT = ("fail", "continue")
 
@@ -81,11 +96,44 @@ def new_rotation():
             "left_out": False, "note": None}
 
 
+class RollingScheduler(Scheduler):
+    """Scheduler(hold_failed=True), except that a failed group for which `in_rotation(group)` is True (never
+    drained: not qualified) holds no slot; it still counts for max_failed and the canaries."""
+
+    def __init__(self, groups, parallel=1, canary=0, max_failed=None, in_rotation=None):
+        super().__init__(groups, parallel=parallel, canary=canary, max_failed=max_failed, hold_failed=False)
+        self.in_rotation = in_rotation or (lambda group: False)
+
+    def held(self):
+        """The failed groups still out of rotation, in order."""
+        return [g for g in self.order if self.results.get(g) == FAILED and not self.in_rotation(g)]
+
+    def blocked(self):
+        reason = super().blocked()
+        if reason is None and len(self.held()) >= self.parallel:
+            reason = "max-unavailable reached: %s failed and stay(s) out of rotation (--max-unavailable %d)" % (
+                ", ".join(self.held()), self.parallel)
+        return reason
+
+    def take(self):
+        if self.blocked() is not None:
+            return []
+        room = self.parallel - len(self.running) - len(self.held())
+        chosen = self._eligible()[:max(room, 0)]
+        for group in chosen:
+            self.pending.remove(group)
+            self.running.append(group)
+        return chosen
+
+
 class RollingRunner:
     """A runner(spec, event_handler, cancel_callback) that wraps site.yml's run of group spec.ident in a drain
-    and an enable. `rotation[group]` tells what happened at the router (the report's `rotation`)."""
+    and an enable, after qualifying the group (`qualify`). `rotation[group]` tells what happened at the router
+    (the report's `rotation`), `qualified[group]` what the qualify step found (the report's `qualify`), and
+    `untouched` holds the groups left in rotation because they were not qualified."""
 
-    def __init__(self, base_runner, project_dir, extra_vars=(), drain_timeout=None, on_drain_timeout="fail"):
+    def __init__(self, base_runner, project_dir, extra_vars=(), drain_timeout=None, on_drain_timeout="fail",
+                 qualify=False, members=None):
         if on_drain_timeout not in ON_DRAIN_TIMEOUT:
             raise ValueError("on_drain_timeout must be one of %s" % ", ".join(ON_DRAIN_TIMEOUT))
         self.base = base_runner
@@ -93,8 +141,27 @@ class RollingRunner:
         self.extra_vars = list(extra_vars)
         self.drain_timeout = drain_timeout
         self.on_drain_timeout = on_drain_timeout
+        self.qualify_first = qualify
+        self.members = members          # group -> [{host, rank}]; None: the hosts the qualify run named
         self.rotation = {}
+        self.qualified = {}
+        self.untouched = set()
         self._lock = threading.Lock()
+
+    def in_rotation(self, group):
+        """True for a group that never left rotation because it was not qualified (it holds no slot)."""
+        with self._lock:
+            return group in self.untouched
+
+    def qualify_view(self, group):
+        with self._lock:
+            return self.qualified.get(group)
+
+    def _extra_args(self):
+        args = []
+        for value in self.extra_vars:
+            args += ["-e", value]
+        return args
 
     def _sub(self, spec, step, playbook, report_path):
         router_vars = {"router_target_group": spec.ident, "router_report_file": report_path}
@@ -103,10 +170,7 @@ class RollingRunner:
             router_vars["router_drain_on_timeout"] = "continue"
             if self.drain_timeout is not None:
                 router_vars["router_drain_timeout"] = self.drain_timeout
-        args = []
-        for value in self.extra_vars:
-            args += ["-e", value]
-        args += ["-e", json.dumps(router_vars)]
+        args = self._extra_args() + ["-e", json.dumps(router_vars)]
         return dataclasses.replace(spec, ident="%s.%s" % (spec.ident, step),
                                    playbook=os.path.join(self.project_dir, playbook), limit=None, args=args)
 
@@ -120,12 +184,74 @@ class RollingRunner:
                            cancel_callback=lambda: False)
         return result, read_router_report(report_path)
 
+    def _members(self, group, events):
+        if self.members is not None:
+            return self.members(group)
+        hosts = list(events.host_seen) + [h for h in events.qualify if h not in events.host_seen]
+        return [{"host": host, "rank": None} for host in hosts]
+
+    def _qualify(self, spec, event_handler, cancel_callback):
+        """playbooks/qualify.yml --limit <group> with the run's extra vars: (RunResult, the qualify step's view)."""
+        group = spec.ident
+        qspec = dataclasses.replace(spec, ident="%s.qualify" % group, playbook=os.path.join(self.project_dir, QUALIFY),
+                                    limit=group, args=self._extra_args())
+        events = GroupEvents()
+
+        def handle(event):
+            events.feed(event)
+            if event_handler is not None and event.get("event") in FORWARDED:
+                if event.get("event") == "playbook_on_play_start":
+                    data = dict(event.get("event_data") or {})
+                    data["play"] = "%s - %s" % (QUALIFY_PLAY, data.get("play") or data.get("name") or "")
+                    event = dict(event, event_data=data)
+                event_handler(event)
+
+        result = self.base(qspec, event_handler=handle, cancel_callback=cancel_callback)
+        tail = stdout_tail(qspec.stdout_path, 8) if result.status != "successful" and result.error is None else ""
+        view = qualify.step(result.status, result.rc, events, self._members(group, events),
+                            {"artifacts_dir": qspec.artifact_dir, "stdout": qspec.stdout_path},
+                            error=result.error, stdout_tail=tail)
+        if view["verdict"] not in (qualify.QUALIFIED, qualify.CANCELLED) and event_handler is not None:
+            # Its failed tasks that stand become the group's (the progress line and the report's failed tasks).
+            for task in (events.failure_view() or {}).get("failed_tasks") or []:
+                if not task.get("rescued"):
+                    event_handler({"event": "runner_on_unreachable" if task.get("unreachable") else "runner_on_failed",
+                                   "event_data": {"task": task.get("task"), "host": task.get("host"),
+                                                  "task_action": task.get("action"),
+                                                  "res": {"msg": task.get("msg"),
+                                                          "unreachable": bool(task.get("unreachable"))}}})
+        with self._lock:
+            self.qualified[group] = view
+        return result, view
+
+    def _not_qualified(self, group, result, view):
+        """The group stays in rotation, untouched: a failed RunResult saying why."""
+        verdict = view["verdict"]
+        label = {qualify.NOT_QUALIFIED: "not qualified", qualify.UNREACHABLE: "not qualified (unreachable)"}.get(
+            verdict, "not qualified (%s %s)" % (QUALIFY, verdict))
+        with self._lock:
+            self.untouched.add(group)
+        self._set(group, back_in_rotation=None, note="never drained (%s): left in rotation untouched" % label)
+        return RunResult(status="failed", rc=result.rc,
+                         error="%s, left in rotation untouched: %s" % (label, view["summary"] or verdict))
+
     def __call__(self, spec, event_handler=None, cancel_callback=None):
         group = spec.ident
         cancelled = cancel_callback or (lambda: False)
         with self._lock:
             self.rotation[group] = new_rotation()
+            self.qualified.pop(group, None)
+            self.untouched.discard(group)
         os.makedirs(spec.artifacts_dir, exist_ok=True)
+        if self.qualify_first:
+            result, view = self._qualify(spec, event_handler, cancel_callback)
+            if view["verdict"] == qualify.CANCELLED or (view["verdict"] == qualify.QUALIFIED and cancelled()):
+                self._set(group, back_in_rotation=None, note="cancelled before the drain: never drained")
+                return RunResult(status="canceled", rc=result.rc, error="cancelled %s qualifying, before the drain "
+                                 "(nothing was changed)" % ("while" if view["verdict"] == qualify.CANCELLED
+                                                            else "after"))
+            if view["verdict"] != qualify.QUALIFIED:
+                return self._not_qualified(group, result, view)
         drain_path = os.path.join(spec.artifacts_dir, group + ".drain.json")
         enable_path = os.path.join(spec.artifacts_dir, group + ".enable.json")
 
