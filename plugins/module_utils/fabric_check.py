@@ -181,25 +181,31 @@ def check_links(specs, links):
             continue
         res.update({'operstate': info['operstate'], 'carrier': info['carrier'], 'mtu': info['mtu'],
                     'ipv4': list(info['ipv4'])})
-        if spec.get('require_up', True) and not (info['up'] and info['carrier'] and info['operstate'] in ('up', 'unknown')):
+        down = not (info['up'] and info['carrier'] and info['operstate'] in ('up', 'unknown'))
+        # A link that is down loses what its address and MTU depend on: say so first, the rest as consequences.
+        after = ' (a consequence: the link is down)' if down else ''
+        if spec.get('require_up', True) and down:
             res['problems'].append(
-                '%s=%s is not up (operstate %s, carrier %s). Fix: check the cable and the peer, then '
-                '`ip link show %s`.' % (var, name, info['operstate'], 'yes' if info['carrier'] else 'no', name))
+                '%s=%s is not up: the link is DOWN (operstate %s, carrier %s). Fix: check the cable and the peer, '
+                'then `ip link set %s up` and `ip link show %s`.'
+                % (var, name, info['operstate'], 'yes' if info['carrier'] else 'no', name, name))
+        else:
+            after = ''
         if spec.get('mtu') is not None:
             res['mtu_expected'] = int(spec['mtu'])
             if info['mtu'] != int(spec['mtu']):
                 res['problems'].append(
-                    '%s=%s has MTU %s, expected %s (dspark_fabric_mtu). Fix: re-run the fabric role or check what '
-                    'else configures %s.' % (var, name, info['mtu'], spec['mtu'], name))
+                    '%s=%s has MTU %s, expected %s (dspark_fabric_mtu)%s. Fix: re-run the fabric role or check what '
+                    'else configures %s.' % (var, name, info['mtu'], spec['mtu'], after, name))
         if spec.get('address'):
             res['address_expected'] = spec['address']
             want = ipaddress.ip_interface(spec['address'])
             have = [ipaddress.ip_interface(a) for a in info['ipv4']]
             if want not in have:
                 res['problems'].append(
-                    '%s=%s lacks the fabric address %s (has: %s). Fix: re-run the fabric role; if the address '
+                    '%s=%s lacks the fabric address %s (has: %s)%s. Fix: re-run the fabric role; if the address '
                     'does not stay, another network configuration wins for %s (`networkctl status %s`).'
-                    % (var, name, spec['address'], ', '.join(info['ipv4']) or 'no IPv4', name, name))
+                    % (var, name, spec['address'], ', '.join(info['ipv4']) or 'no IPv4', after, name, name))
         res['ok'] = not res['problems']
         problems.extend(res['problems'])
         results.append(res)

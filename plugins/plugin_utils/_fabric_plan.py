@@ -288,15 +288,40 @@ def live_differs(inputs):
     return False
 
 
+def live_states(inputs):
+    """What is wrong with each fabric link right now, a link that is down named as down (its address and MTU then follow)."""
+    interfaces = (inputs.get("pre") or {}).get("interfaces") or {}
+    out = []
+    for link in links(inputs):
+        live = interfaces.get(link["name"])
+        wanted = "%s/%s" % (link["address"], link["prefix"])
+        if live is None:
+            out.append("%s does not exist" % link["name"])
+            continue
+        if not live.get("up", False) or live.get("carrier") is False:
+            out.append("%s is DOWN (operstate %s, carrier %s)" % (link["name"], live.get("operstate", "unknown"),
+                                                                 "no" if live.get("carrier") is False else "yes"))
+            continue
+        if wanted not in (live.get("ipv4") or []):
+            out.append("%s lacks the fabric address %s" % (link["name"], wanted))
+        if live.get("mtu", 0) != mtu(inputs):
+            out.append("%s has MTU %s, not %d" % (link["name"], live.get("mtu"), mtu(inputs)))
+    return out
+
+
 def backend_problems(inputs):
     """What the node itself says is wrong for the chosen backend (read before any change)."""
     pre = inputs.get("pre") or {}
     problems = []
     if container(inputs):
-        if live_differs(inputs):
-            problems.append("this node is a container (%s), whose interfaces belong to the container engine, and %s lack(s) the fabric address or"
-                            " MTU %d. Fix: attach the container to its fabric network with dspark_fabric_address and MTU %d, or run the role on"
-                            " the host." % (pre.get("container"), ", ".join(str(link["name"]) for link in links(inputs)), mtu(inputs), mtu(inputs)))
+        states = live_states(inputs)
+        if states:
+            down = any(" is DOWN" in state for state in states)
+            problems.append("this node is a container (%s), whose interfaces belong to the container engine: %s. Fix: %s"
+                            % (pre.get("container"), "; ".join(states),
+                               "bring the link up (`ip link set <name> up`; check the cable and the peer)" if down else
+                               "attach the container to its fabric network with dspark_fabric_address and MTU %d, or run the role "
+                               "on the host." % mtu(inputs)))
         return problems
     chosen = backend(inputs)
     renderer = inputs.get("netplan_renderer")

@@ -156,9 +156,11 @@ def test_check_links_missing_interface_names_the_variable_and_lists_the_real_one
 def test_check_links_down_wrong_mtu_and_missing_address():
     results, problems = check_links([spec(name="enp1s0f0np0", variable="fabric_secondary_interface")], LINKS)
     assert not results[0]["ok"] and len(problems) == 3
-    assert problems[0].startswith("fabric_secondary_interface=enp1s0f0np0 is not up (operstate down, carrier no)")
-    assert "has MTU 1500, expected 9000" in problems[1]
-    assert "lacks the fabric address 192.168.100.1/24 (has: no IPv4)" in problems[2]
+    # Down first, named as down; the MTU and the address follow as its consequences.
+    assert problems[0].startswith("fabric_secondary_interface=enp1s0f0np0 is not up: the link is DOWN (operstate down, "
+                                  "carrier no). Fix: check the cable and the peer, then `ip link set enp1s0f0np0 up`")
+    assert "has MTU 1500, expected 9000 (dspark_fabric_mtu) (a consequence: the link is down)" in problems[1]
+    assert "lacks the fabric address 192.168.100.1/24 (has: no IPv4) (a consequence: the link is down)" in problems[2]
 
 
 def test_check_links_down_is_fine_before_the_change():

@@ -234,8 +234,17 @@ def pre(**overrides):
       " node's network (netplan with NetworkManager on DGX OS, networkd on Debian)."], False),
     ({}, {"container": "docker", "services": {}}, "networkd", [], False),
     ({}, {"container": "docker", "interfaces": {}}, "networkd",
-     ["this node is a container (docker), whose interfaces belong to the container engine, and enp1s0f1np1 lack(s) the fabric address or MTU"
-      " 9000. Fix: attach the container to its fabric network with dspark_fabric_address and MTU 9000, or run the role on the host."], True),
+     ["this node is a container (docker), whose interfaces belong to the container engine: enp1s0f1np1 does not exist. Fix: attach the"
+      " container to its fabric network with dspark_fabric_address and MTU 9000, or run the role on the host."], True),
+    # A link that is down is named as down (issue #27 point 3), not as one that lacks its address or MTU.
+    ({}, {"container": "docker", "interfaces": {"enp1s0f1np1": {"ipv4": [], "mtu": 1500, "up": False, "carrier": False,
+                                                                 "operstate": "down"}}}, "networkd",
+     ["this node is a container (docker), whose interfaces belong to the container engine: enp1s0f1np1 is DOWN (operstate down,"
+      " carrier no). Fix: bring the link up (`ip link set <name> up`; check the cable and the peer)"], True),
+    ({}, {"container": "docker", "interfaces": {"enp1s0f1np1": {"ipv4": [], "mtu": 1500, "up": True, "carrier": True}}}, "networkd",
+     ["this node is a container (docker), whose interfaces belong to the container engine: enp1s0f1np1 lacks the fabric address"
+      " 192.168.100.1/24; enp1s0f1np1 has MTU 1500, not 9000. Fix: attach the container to its fabric network with dspark_fabric_address"
+      " and MTU 9000, or run the role on the host."], True),
 ])
 def test_node_state(overrides, node, backend, problems, differs):
     values = inputs(pre=pre(**node), **overrides)
