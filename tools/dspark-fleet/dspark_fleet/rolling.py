@@ -231,7 +231,7 @@ class RollingRunner:
             verdict, "not qualified (%s %s)" % (QUALIFY, verdict))
         with self._lock:
             self.untouched.add(group)
-        self._set(group, back_in_rotation=None, note="never drained (%s): left in rotation untouched" % label)
+        self._set(group, back_in_rotation=None, note="never drained (%s), still in rotation" % label)
         return RunResult(status="failed", rc=result.rc,
                          error="%s, left in rotation untouched: %s" % (label, view["summary"] or verdict))
 
