@@ -299,8 +299,8 @@ def live_states(inputs):
             out.append("%s does not exist" % link["name"])
             continue
         if not live.get("up", False) or live.get("carrier") is False:
-            out.append("%s is DOWN (operstate %s, carrier %s)" % (link["name"], live.get("operstate", "unknown"),
-                                                                 "no" if live.get("carrier") is False else "yes"))
+            carrier = "no" if live.get("carrier") is False else "yes"
+            out.append("%s is DOWN (operstate %s, carrier %s)" % (link["name"], live.get("operstate", "unknown"), carrier))
             continue
         if wanted not in (live.get("ipv4") or []):
             out.append("%s lacks the fabric address %s" % (link["name"], wanted))

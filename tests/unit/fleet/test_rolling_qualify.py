@@ -131,7 +131,7 @@ def test_an_unreachable_host_leaves_the_group_untouched(tmp_path):
 
 def test_a_failed_qualify_run_leaves_the_group_untouched(tmp_path):
     fake = QualifyingRunner("broken")
-    runner, result, _ = run_qualifying(tmp_path, fake)
+    runner, result, _out = run_qualifying(tmp_path, fake)
     assert fake.calls == ["qualify.yml"] and result.status == "failed" and runner.in_rotation("grp")
     assert result.error.startswith("not qualified (playbooks/qualify.yml failed), left in rotation untouched: "
                                    "ansible-playbook ended with status failed (rc 2) without a failed task")
@@ -141,7 +141,7 @@ def test_a_failed_qualify_run_leaves_the_group_untouched(tmp_path):
 @pytest.mark.parametrize("mode, word", [("cancel", "while"), ("cancel_after", "after")])
 def test_a_cancel_around_the_qualify_step_changes_nothing(tmp_path, mode, word):
     fake = QualifyingRunner(mode)
-    runner, result, _ = run_qualifying(tmp_path, fake, cancel=lambda: mode == "cancel_after")
+    runner, result, _out = run_qualifying(tmp_path, fake, cancel=lambda: mode == "cancel_after")
     assert fake.calls == ["qualify.yml"] and result.status == "canceled"
     assert result.error == "cancelled %s qualifying, before the drain (nothing was changed)" % word
     assert not runner.in_rotation("grp") and runner.rotation["grp"]["drained"] is False
@@ -253,7 +253,7 @@ def test_an_unreachable_member_during_qualify(tmp_path, fake_project, venv_path,
     code = run_cli(["reprovision", "-i", inv, "--rolling", "--artifacts", str(tmp_path / "a")], fake_project)
     out = capsys.readouterr().out
     assert code == 1
-    assert [i for i, _ in seen if i.startswith("g1")] == ["g1.qualify"]          # nothing else for g1
+    assert [item[0] for item in seen if item[0].startswith("g1")] == ["g1.qualify"]          # nothing else for g1
     doc = load(tmp_path / "a" / "report.json")
     g1 = doc["groups"]["g1"]
     assert g1["result"] == "failed" and g1["qualify"]["verdict"] == "unreachable"

@@ -23,7 +23,7 @@ def test_a_foreign_container_on_the_api_port_is_named():
                        % (SQUATTER, image, PORT))
     assert started.rc == 0, started.stderr
     try:
-        for _ in range(30):
+        for _attempt in range(30):
             if head.run("ss -Hltn 'sport = :%d'" % PORT).stdout.strip():
                 break
             time.sleep(0.5)

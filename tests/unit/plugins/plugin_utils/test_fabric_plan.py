@@ -237,8 +237,8 @@ def pre(**overrides):
      ["this node is a container (docker), whose interfaces belong to the container engine: enp1s0f1np1 does not exist. Fix: attach the"
       " container to its fabric network with dspark_fabric_address and MTU 9000, or run the role on the host."], True),
     # A link that is down is named as down (issue #27 point 3), not as one that lacks its address or MTU.
-    ({}, {"container": "docker", "interfaces": {"enp1s0f1np1": {"ipv4": [], "mtu": 1500, "up": False, "carrier": False,
-                                                                 "operstate": "down"}}}, "networkd",
+    ({}, {"container": "docker",
+          "interfaces": {"enp1s0f1np1": {"ipv4": [], "mtu": 1500, "up": False, "carrier": False, "operstate": "down"}}}, "networkd",
      ["this node is a container (docker), whose interfaces belong to the container engine: enp1s0f1np1 is DOWN (operstate down,"
       " carrier no). Fix: bring the link up (`ip link set <name> up`; check the cable and the peer)"], True),
     ({}, {"container": "docker", "interfaces": {"enp1s0f1np1": {"ipv4": [], "mtu": 1500, "up": True, "carrier": True}}}, "networkd",
