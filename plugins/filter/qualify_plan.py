@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 name: qualify_plan
 short_description: One part of the qualify role's plan and its group checks
-version_added: 0.3.0
+version_added: 0.2.0
 description:
   - The qualify role's planning in Python (C(plugins/plugin_utils/_qualify_plan.py)), one part per call. Internal to
     the role (its C(tasks/main.yml)); the parts and their inputs may change without notice.
