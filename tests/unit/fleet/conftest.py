@@ -44,3 +44,19 @@ def fake_project():
 def venv_path(monkeypatch):
     """ansible-playbook and ansible-inventory of this Python first on PATH (as the console script does)."""
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+
+
+def run_cli(argv, fake_project):
+    """dspark-fleet's main() on the fake project, plain progress."""
+    from dspark_fleet import cli  # pylint: disable=import-outside-toplevel  # after the sys.path line above
+    return cli.main(argv + ["--project-dir", str(fake_project), "--plain"])
+
+
+def load_report(path):
+    """A report, validated against the shipped schema (jsonschema is in requirements.txt)."""
+    import jsonschema  # pylint: disable=import-outside-toplevel
+    from dspark_fleet import report  # pylint: disable=import-outside-toplevel
+    with open(path, encoding="utf-8") as handle:
+        doc = json.load(handle)
+    jsonschema.validate(doc, report.load_schema())
+    return doc

@@ -14,9 +14,11 @@ import time
 import pytest
 import yaml
 
-from dspark_fleet import cli, report
+from conftest import load_report, run_cli
 
 jsonschema = pytest.importorskip("jsonschema")
+
+load = load_report
 
 
 def alive_with_argument(text, wait=5.0):
@@ -54,17 +56,6 @@ def write_inventory(path, groups, router=False):
     local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
     path.write_text(yaml.safe_dump({"all": {"vars": local, "children": tops}}, sort_keys=False))
     return str(path)
-
-
-def run_cli(argv, fake_project):
-    return cli.main(argv + ["--project-dir", str(fake_project), "--plain"])
-
-
-def load(path):
-    with open(path, encoding="utf-8") as handle:
-        doc = json.load(handle)
-    jsonschema.validate(doc, report.load_schema())
-    return doc
 
 
 def test_reprovision_then_resume(tmp_path, fake_project, venv_path, capsys):

@@ -9,10 +9,13 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 
-from dspark_fleet import cli, qualify, report, runner_exec
+from conftest import load_report, run_cli
+from dspark_fleet import cli, qualify, runner_exec
 from dspark_fleet.runner_exec import RunResult
 
 jsonschema = pytest.importorskip("jsonschema")
+
+load = load_report
 
 
 def write_inventory(path, groups):
@@ -26,17 +29,6 @@ def write_inventory(path, groups):
     path.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "local"}, "children": tops}},
                                    sort_keys=False))
     return str(path)
-
-
-def run_cli(argv, fake_project):
-    return cli.main(argv + ["--project-dir", str(fake_project), "--plain"])
-
-
-def load(path):
-    with open(path, encoding="utf-8") as handle:
-        doc = json.load(handle)
-    jsonschema.validate(doc, report.load_schema())
-    return doc
 
 
 def lines_of(out):
