@@ -151,6 +151,17 @@ BENCHMARKS = {
                     ("no-op ratio", "noop_site.ratio"),
                     ("controller memory peak per group (MiB)", "reprovision.groups.*.controller_memory_peak_mib")],
     },
+    "qualify_fleet.json": {
+        "title": "Node qualification over the fleet",
+        "script": "bench/bench_qualify.py",
+        "measures": "On the SIMULATED fleet lab (two pairs and a trio): `dspark-fleet qualify` of every group at once "
+                    "against one group alone, three runs each (the median kept); the checks it judged and the "
+                    "controller memory per group.",
+        "numbers": [("groups", "fleet.groups"), ("nodes", "fleet.nodes"), ("checks", "qualify.checks"),
+                    ("fleet (s)", "qualify.fleet_seconds"), ("one group (s)", "qualify.one_group_seconds"),
+                    ("fleet / one group", "qualify.ratio"),
+                    ("controller memory peak per group (MiB)", "qualify.groups.*.controller_memory_peak_mib")],
+    },
     "router_roll.json": {
         "title": "Requests through the router during a rolling reprovision",
         "script": "bench/bench_router_roll.py",
