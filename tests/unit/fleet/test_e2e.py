@@ -112,7 +112,10 @@ def test_global_validation_failure_exits_2_and_runs_no_group(tmp_path, fake_proj
     assert doc["totals"]["not_started"] == 2
     assert not (tmp_path / "art" / "groups").exists()
     command = json.loads((tmp_path / "art" / "preflight" / "command").read_text())["command"]
-    assert "{\"preflight_check_reachability\": false}" in command and "grp_a,grp_b" in command
+    assert "grp_a,grp_b" in command
+    # Extra vars (here the preflight's own) go through a private file, never the command line.
+    assert "preflight_check_reachability" not in " ".join(command)
+    assert any(c.startswith("@") and "/.runner/extravars/" in c for c in command), command
 
 
 def test_status_and_plan(tmp_path, fake_project, venv_path, capsys):

@@ -117,7 +117,9 @@ def test_qualify_over_the_fake_project(tmp_path, fake_project, venv_path, capsys
     command = json.loads((art / "groups" / "g_fail" / "command").read_text())["command"]
     assert command[command.index("--limit") + 1] == "g_fail"
     assert any(c.endswith("playbooks/qualify.yml") for c in command)
-    assert "fleet_test_secret=hunter2" in command
+    # The extra vars went through a private file (removed after the run), never the command line.
+    assert "hunter2" not in " ".join(command)
+    assert any(c.startswith("@") and "/.runner/extravars/" in c for c in command), command
 
 
 def test_qualified_groups_exit_0_and_an_explicit_parallel_wins(tmp_path, fake_project, venv_path, capsys):

@@ -9,6 +9,9 @@ Layout under the fleet's artifacts directory (see cli.py for the names):
 
 The env of a run: the caller's, plus ANSIBLE_CONFIG of the project, the venv's bin first on PATH and
 the project's host key checking setting (ansible-runner would otherwise turn host key checking off).
+
+Extra vars never reach a process list (issue #26 point 7): each ``-e VALUE`` of a run is written to a 0600 file in
+the private data dir and passed as ``-e @file``, removed when the run ends.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import sys
 from dataclasses import dataclass, field
 
 import ansible_runner
+from ansible.parsing.splitter import parse_kv
 
 PRIVATE_DIR = ".runner"
+EXTRA_VARS_DIR = "extravars"
 RUNNER_SETTINGS = {"pexpect_timeout": 1}
 
 
@@ -140,9 +145,70 @@ def kill_tree(pid):
             pass
 
 
+def _extra_vars_text(value):
+    """What ansible-playbook would read from ``-e value``, as a YAML/JSON document for an ``@file``: JSON or YAML
+    text as it is (Ansible reads it as YAML), ``key=value`` pairs as the mapping Ansible parses them into."""
+    if value.lstrip().startswith(("{", "[")):
+        return value
+    parsed = parse_kv(value)
+    if "_raw_params" in parsed:
+        return value    # not key=value: ansible-playbook refuses it from the file as it would inline
+    return json.dumps(parsed)
+
+
+def extra_vars_files(args, folder, stem):
+    """(args with every inline ``-e VALUE`` replaced by ``-e @<file>``, the files written). Each file 0600 in
+    ``folder``; an ``@file`` argument stays as it is."""
+    out, written = [], []
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    index = 0
+    pending = False
+    for arg in args:
+        value = None
+        if pending:
+            value, pending = arg, False
+        elif arg in ("-e", "--extra-vars"):
+            pending = True
+            continue
+        elif arg.startswith("--extra-vars="):
+            value = arg[len("--extra-vars="):]
+        else:
+            out.append(arg)
+            continue
+        if value.startswith("@"):
+            out += ["-e", value]
+            continue
+        index += 1
+        path = os.path.join(folder, "%s-%d.yml" % (stem, index))
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(_extra_vars_text(value))
+        written.append(path)
+        out += ["-e", "@" + path]
+    if pending:
+        out.append("-e")    # as given: ansible-playbook reports the missing value
+    return out, written
+
+
 def run_playbook(spec, event_handler=None, cancel_callback=None):
     """Run one playbook to its end (blocking); events go to `event_handler`, `cancel_callback` stops it."""
     os.makedirs(spec.artifacts_dir, mode=0o700, exist_ok=True)
+    try:
+        args, files = extra_vars_files(spec.args, os.path.join(spec.private_dir, EXTRA_VARS_DIR),
+                                       spec.ident.replace(os.sep, "_"))
+    except (OSError, ValueError) as exc:
+        return RunResult(status="error", rc=None, error="cannot write the extra vars file: %s" % exc)
+    try:
+        return _run(spec, args, event_handler, cancel_callback)
+    finally:
+        for path in files:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _run(spec, args, event_handler, cancel_callback):
     main_pid = []
 
     def keep(event):
@@ -168,7 +234,7 @@ def run_playbook(spec, event_handler=None, cancel_callback=None):
             playbook=spec.playbook,
             inventory=spec.inventory,
             limit=spec.limit,
-            cmdline=shlex.join(spec.args) if spec.args else None,
+            cmdline=shlex.join(args) if args else None,
             envvars=dict(spec.envvars),
             quiet=True,
             suppress_env_files=True,
