@@ -112,6 +112,20 @@ def control_problem(value, secret=False):
     return None
 
 
+# The shortest API key accepted (issue #26 point 7): 16 characters, 64 bits of hex at the least; a key that anyone can
+# guess opens the model to whoever reaches the port.
+API_KEY_MIN = 16
+
+
+def short_key_problem(value):
+    """A non-empty API key shorter than API_KEY_MIN characters (its length is said, never its value)."""
+    if not isinstance(value, str) or not value or len(value.strip()) >= API_KEY_MIN:
+        return None
+    return ("is shorter than %d characters (%d; the value is not shown): a short key can be guessed"
+            % (API_KEY_MIN, len(value.strip())),
+            "use at least %d random characters, for example the output of `openssl rand -hex 24`" % API_KEY_MIN)
+
+
 def absolute_path_problem(value, example):
     """A directory or file on a node that must be an absolute path below / (not relative, not / itself)."""
     if not isinstance(value, str):

@@ -671,16 +671,17 @@ def _serve_numbers(member):
 
 @rule("serve.api_keys", ["serve_api_key", "serve_api_keys"])
 def _serve_api_keys(member):
-    """serve_api_key(s) hold no control character and no white space around a key (a vault value with a newline)."""
+    """serve_api_key(s) hold no control character and no white space around a key (a vault value with a newline),
+    and each key has at least _inputs.API_KEY_MIN characters."""
     out = []
     key = member["serve_api_key"]
-    found = _inputs.control_problem(key, secret=True)
+    found = _inputs.control_problem(key, secret=True) or _inputs.short_key_problem(key)
     if found:
         out.append(("serve_api_key", HIDDEN) + found)
     keys = member["serve_api_keys"]
     if isinstance(keys, (list, tuple)):
         for index, item in enumerate(keys):
-            found = _inputs.control_problem(item, secret=True)
+            found = _inputs.control_problem(item, secret=True) or _inputs.short_key_problem(item)
             if found:
                 out.append(("serve_api_keys", HIDDEN, "has element %d that %s" % (index, found[0]), found[1]))
                 break
@@ -874,4 +875,6 @@ def _router_health_key(router):
     if not _HEALTH_KEY_RE.match(str(key)) or "'" in str(key):
         out.append((var, HIDDEN, "is the health check's key, and it has spaces, quotes or control characters",
                     "use a printable key without spaces or single quotes"))
+    elif var == "router_api_key" and _inputs.short_key_problem(str(key)):
+        out.append((var, HIDDEN) + _inputs.short_key_problem(str(key)))
     return out

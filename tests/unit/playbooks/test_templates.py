@@ -18,7 +18,7 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TEMPLATES = os.path.join(ROOT, "tests", "templates")
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-KEYS = ["key-one-1234", "key-two-5678"]
+KEYS = ["key-one-1234-5678", "key-two-5678-9012"]
 HOSTILE = "x\n    privileged: true\n    volumes: ['/:/host']"
 
 
@@ -134,7 +134,7 @@ def test_hostile_scalars_stay_values(benign, hostile):
 
 
 def test_bad_keys_paths_and_argv_keys_are_refused(tmp_path):
-    extra = {"serve_api_keys": ["ok-key-1234", "bad key'$"], "dspark_hf_cache": "/var/lib/hf\n    privileged: true",
+    extra = {"serve_api_keys": ["ok-key-1234-5678", "bad key'$ long enough"], "dspark_hf_cache": "/var/lib/hf\n    privileged: true",
              "serve_jit_cache_dir": "/var/lib/jit:/etc", "serve_extra_args": ["--api_key=abc", "--config", "x.yaml"],
              "serve_extra_env": {"VLLM_API_KEY": "in-compose"}}
     run, out = render(tmp_path, extra)

@@ -84,7 +84,7 @@ def test_missing_required_hotfixes_fail_before_anything_starts(tmp_path):
     redaction hotfix. That the reduced tree passes without keys is covered by the plan's unit tests."""
     before, files = running(), compose_files()
     recipe = reduced_recipe(tmp_path, "hotfix-gb10-spin-wait.sh", "hotfix-vllm-redact-api-key-log.sh")
-    rc, out = playbook("serve.yml", LAB / "hosts.yml", "-e", json.dumps({"serve_hotfix_recipe": str(recipe), "serve_api_key": "lab-key"}))
+    rc, out = playbook("serve.yml", LAB / "hosts.yml", "-e", json.dumps({"serve_hotfix_recipe": str(recipe), "serve_api_key": "lab-key-hotfix-0001"}))
     assert rc != 0, out[-3000:]
     assert "patches/hotfix-gb10-spin-wait.sh is missing" in out, out[-3000:]
     assert "serve_hotfix_skip_spin_wait is false" in out and "set serve_hotfix_skip_spin_wait: true" in out

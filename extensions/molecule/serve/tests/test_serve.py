@@ -83,7 +83,7 @@ def test_api_keys_apply_the_redaction_hotfix_after_the_backports(tmp_path):
     run on the head between the backports and the always-on hotfixes (the worker has no keys, so it skips them).
     The simulator logs them in its non-default args line as vLLM does; the saved logs are redacted.
     Leaves the group serving with keys; the failure tests below restart it without them."""
-    keys = ["lab-key-one", "lab-key-two"]
+    keys = ["lab-key-one-0001", "lab-key-two-0002"]     # 16 characters: the shortest key accepted
     # The lab's one key (serve_api_key) gives way: the two variables are exclusive. At -vvv: the leak sweep's
     # converge (test_leak_sweep.py) covers one key, this run the several-keys path (a second file, --config).
     rc, out = playbook("serve.yml", LAB / "hosts.yml", "-vvv", "-e",
@@ -108,7 +108,7 @@ def test_api_keys_apply_the_redaction_hotfix_after_the_backports(tmp_path):
     assert keys_file.mode == 0o600 and keys_file.user == "root"
     assert not lab_node("spark-worker").file("/etc/dspark/serve/api-keys.yaml").exists
     head_log = lab_node("spark-head").check_output("docker logs dspark-vllm 2>&1")
-    assert "'api_key': ['lab-key-one', 'lab-key-two']" in head_log        # the lab shows the leak ...
+    assert "'api_key': ['%s', '%s']" % tuple(keys) in head_log        # the lab shows the leak ...
     extra = {"serve_api_key": "", "serve_api_keys": keys, "serve_failure_logs_dir": str(tmp_path)}
     rc, out = playbook("logs.yml", LAB / "hosts.yml", "-e", json.dumps(extra))
     assert rc == 0, out[-4000:]

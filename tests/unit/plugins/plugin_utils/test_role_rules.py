@@ -121,7 +121,8 @@ BREAKS = {
                       "1.5 is outside its range (0 < x <= 1)"),
     "serve.api_keys": ({"serve_api_key": "unit-test-key\n"}, "group pair_a", "serve_api_key",
                        "<not shown: secret> contains a control character"),
-    "serve.one_key_setting": ({"serve_api_keys": ["k-one-1234", "k-two-5678"]}, "group pair_a", "serve_api_keys",
+    "serve.one_key_setting": ({"serve_api_keys": ["k-one-1234-5678-90ab", "k-two-5678-90ab-cdef"]}, "group pair_a",
+                              "serve_api_keys",
                               "<not shown: secret> is set together with serve_api_key"),
     "serve.image": ({"dspark_image": ""}, "group pair_a", "dspark_image", "is empty"),
     "router.groups": ({"r__router_groups": ["pair_a", "pair_z"]}, "r", "router_groups", "names pair_z, which is not a group"),
@@ -243,6 +244,19 @@ def test_open_api_rule(values, refused):
     hostvars = pair(values)
     found = _role_rules.check_group("pair_a", list(hostvars), hostvars.get, SPECS, roles=["serve"])
     assert bool([p for p in found if p[1] == "serve_host"]) == refused, found
+
+
+@pytest.mark.parametrize("overrides, where, var", [
+    ({"serve_api_key": "sentinel-short"}, "group pair_a", "serve_api_key"),
+    ({"serve_api_key": "", "serve_api_keys": ["sentinel-long-enough-1", "sentinel-2"]}, "group pair_a", "serve_api_keys"),
+    ({"r__router_api_key": "sentinel-r", "serve_api_keys": ["sentinel-r"], "serve_api_key": ""}, "r", "router_api_key"),
+])
+def test_a_short_api_key_is_refused_without_showing_it(overrides, where, var):
+    # (A short router key is also a short key of the groups, which must accept it: each is said once.)
+    lines = [line for line in preflight(overrides)["errors"] if "shorter than 16 characters" in line
+             and line.startswith(where + ": " + var + "=")]
+    assert len(lines) == 1 and lines[0].startswith("%s: %s=<not shown: secret>" % (where, var)), lines
+    assert "sentinel" not in lines[0] and "openssl rand -hex 24" in lines[0]
 
 
 @pytest.mark.parametrize("overrides, var", [
