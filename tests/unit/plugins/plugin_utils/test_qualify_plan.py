@@ -1,6 +1,11 @@
 """The qualify role's plan (plugins/plugin_utils/_qualify_plan.py): what each node checks, the fabric_check result
-as checks, the published result and its failure lines."""
+as checks, the published result and its failure lines; and the role's default deny list."""
 
+import os
+
+import yaml
+
+from ansible_collections.dspark.cluster.plugins.module_utils import qualify
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _qualify_plan as plan
 
 GIB = 1024 ** 3
@@ -142,3 +147,14 @@ def test_group_interface_names_must_agree():
     checks = plan.group_checks({"measured": measured, "planned_links": links, "max_offset_ms": 100})
     names = [c for c in checks if c["check"] != "time"]
     assert names and names[0]["verdict"] == "fail" and "f1" in names[0]["message"], checks
+
+
+def test_the_default_deny_list_refuses_the_fields_bad_kernel_with_its_source():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    with open(os.path.join(root, "roles", "qualify", "defaults", "main.yml"), encoding="utf-8") as handle:
+        deny = yaml.safe_load(handle)["qualify_kernel_deny"]
+    bad = qualify.judge_kernel("7.0.0-1019-nvidia", [], deny, "qualify_kernel_allow", "qualify_kernel_deny")
+    assert bad["verdict"] == "fail" and "ibv_reg_mr_iova2" in bad["message"] and "MiaAI-Lab" in bad["message"], bad
+    assert bad["fix"]
+    good = qualify.judge_kernel("6.17.0-1032-nvidia", [], deny, "qualify_kernel_allow", "qualify_kernel_deny")
+    assert good["verdict"] == "pass", good
