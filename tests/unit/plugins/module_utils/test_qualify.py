@@ -88,6 +88,9 @@ def test_nvidia_version_takes_nvrm_line_not_gcc():
     assert qualify.parse_nvidia_version(fixture("hand_nvidia_sys_module_version.txt")) == "580.95.05"
     assert qualify.parse_nvidia_version("") is None
     assert qualify.parse_nvidia_version("garbage\n") is None
+    # Recorded on the device machine (an H200 host, open kernel module, a GCC 15 line after the NVRM one).
+    assert qualify.parse_nvidia_version(fixture("device_proc_driver_nvidia_version.txt")) == "580.159.04"
+    assert qualify.parse_nvidia_version(fixture("device_sys_module_nvidia_version.txt")) == "580.159.04"
 
 
 def test_driver_absent_skips_or_fails_when_required():
