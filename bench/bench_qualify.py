@@ -9,7 +9,6 @@ one group, as for the other fleet-scale measurements.
 import json
 import os
 import pathlib
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,13 +41,13 @@ def qualify(groups):
 
 def measure(groups):
     """The median of RUNS runs, and the per-group numbers of the median run."""
-    runs = sorted((qualify(groups) for _ in range(RUNS)), key=lambda item: item[0])
+    runs = sorted((qualify(groups) for _run in range(RUNS)), key=lambda item: item[0])
     seconds, report = runs[len(runs) // 2]
     per_group = {name: {"seconds": group["duration_s"], "checks": group["qualify"]["checks"],
                         "nodes": group["qualify"]["nodes"], "verdict": group["qualify"]["verdict"],
                         "controller_memory_peak_mib": round((group["controller_memory_peak_kib"] or 0) / 1024, 1)}
                  for name, group in report["groups"].items()}
-    return round(seconds, 1), [round(s, 1) for s, _ in runs], per_group
+    return round(seconds, 1), [round(run[0], 1) for run in runs], per_group
 
 
 def main():

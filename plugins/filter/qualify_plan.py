@@ -26,7 +26,8 @@ options:
     type: str
     required: true
     choices: [disks, links, read_interfaces, ping_interfaces, unaddressed, ports, addressed, peers, fabric_checks,
-              group_checks, failures, result]
+              group_checks, failures, result, rdma_port, gid_checks, bandwidth_floor, bandwidth_checks, bandwidth_plan,
+              bandwidth_peer, rdma_skip]
 """
 
 EXAMPLES = r"""
@@ -46,7 +47,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _qualify_plan
 
 _PARTS = ("disks", "links", "read_interfaces", "ping_interfaces", "unaddressed", "ports", "addressed", "peers",
-          "fabric_checks", "group_checks", "failures", "result")
+          "fabric_checks", "group_checks", "failures", "result", "rdma_port", "gid_checks", "bandwidth_floor",
+          "bandwidth_checks", "bandwidth_plan", "bandwidth_peer", "rdma_skip")
 
 
 def qualify_plan(value, part):

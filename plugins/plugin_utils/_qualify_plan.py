@@ -193,6 +193,143 @@ def group_checks(inputs):
     return checks
 
 
+def rdma_port(inputs):
+    """The RDMA device and port of the fabric interface, from roce_gid_index's result (``gid``), else None.
+
+    inputs: gid, interface.
+    """
+    for member in (inputs.get("gid") or {}).get("members") or []:
+        if member.get("netdev") == inputs.get("interface"):
+            return {"device": member.get("device"), "ib_port": _int(member.get("port"), 1)}
+    return None
+
+
+def gid_checks(inputs):
+    """The RoCE v2 GID of the fabric address: it exists, and two reads ``interval`` seconds apart give one index.
+
+    inputs: first, second (roce_gid_index results; second None or skipped in fast mode), interval, hca.
+    """
+    first, second = inputs.get("first") or {}, inputs.get("second") or {}
+    hca = inputs.get("hca")
+    if first.get("skipped"):
+        return []
+    if first.get("failed") or first.get("gid_index") is None:
+        return [check("gid", hca, None, "a RoCE v2 GID for the fabric address", FAIL,
+                      "no usable RoCE v2 GID index for dspark_fabric_hca=%s: %s" % (hca, first.get("msg") or "none found"),
+                      fix="check that the HCA carries the fabric address (`show_gids`, `ibdev2netdev`), that the link is "
+                          "up, and that dspark_fabric_hca names it", variable="dspark_fabric_hca")]
+    index = first["gid_index"]
+    if not second or second.get("skipped"):
+        return [check("gid", hca, index, None, PASS, "RoCE v2 GID index %s carries the fabric address" % index,
+                      variable="dspark_fabric_hca")]
+    later = second.get("gid_index")
+    if second.get("failed") or later != index:
+        return [check("gid", hca, {"first": index, "second": later}, "the same index on two reads", FAIL,
+                      "the RoCE v2 GID index moved from %s to %s within %s s (a link event, or an address being "
+                      "changed)" % (index, later if later is not None else "none", inputs.get("interval")),
+                      fix="find what changes the link (`ip monitor link address`, the network manager); the serve role "
+                          "resolves the index at every start, but NCCL fails when it moves while the group runs",
+                      variable="dspark_fabric_hca")]
+    return [check("gid", hca, index, "the same index on two reads", PASS,
+                  "RoCE v2 GID index %s, the same on two reads %s s apart" % (index, inputs.get("interval")),
+                  variable="dspark_fabric_hca")]
+
+
+def bandwidth_floor(inputs):
+    """The lowest acceptable RDMA bandwidth in Gb/s: qualify_bandwidth_min_gbits, or qualify_bandwidth_min_fraction of
+    the link's speed when the link reports one and that is higher. inputs: min_gbits, min_fraction, checks (this
+    node's node_qualify checks, whose link_speed gives the speed), interface."""
+    floor = float(inputs.get("min_gbits") or 0)
+    speed = link_speed(inputs.get("checks"), inputs.get("interface"))
+    if speed > 0:
+        floor = max(floor, float(inputs.get("min_fraction") or 0) * speed / 1000.0)
+    return round(floor, 3)
+
+
+def link_speed(checks, interface):
+    """The speed in Mb/s that node_qualify measured for ``interface`` (0 when it has none)."""
+    for item in checks or []:
+        if item.get("check") == "link_speed" and item.get("subject") == interface and isinstance(item.get("value"), int):
+            return item["value"] if item["value"] > 0 else 0
+    return 0
+
+
+def bandwidth_checks(inputs):
+    """Checks from the head's rdma_bandwidth runs to each worker. inputs: runs (the registered loop results), floor."""
+    out = []
+    floor = float(inputs.get("floor") or 0)
+    for run in (inputs.get("runs") or {}).get("results") or []:
+        if run.get("skipped"):
+            continue
+        item = run.get("item") or {}
+        subject = "%s -> %s (%s)" % (item.get("device"), item.get("peer"), item.get("server"))
+        gbits = run.get("gbits_average")
+        if run.get("failed") or gbits is None:
+            out.append(check("rdma_bandwidth", subject, None, floor, FAIL,
+                             "ib_write_bw to %s did not run: %s" % (item.get("peer"), run.get("msg") or "no result"),
+                             fix="check the peer's server (perftest installed, the TCP port free), the GID index and "
+                                 "the link on both nodes", variable="qualify_bandwidth_min_gbits"))
+        elif gbits < floor:
+            out.append(check("rdma_bandwidth", subject, gbits, floor, FAIL,
+                             "RDMA write bandwidth to %s is %.2f Gb/s, below the floor %.2f Gb/s"
+                             % (item.get("peer"), gbits, floor),
+                             fix="half a ConnectX port down, an MTU of 1500 on the way, or flow control off: check "
+                                 "both halves (`ibdev2netdev`), the MTU end to end and `ethtool -a`; or lower "
+                                 "qualify_bandwidth_min_gbits / qualify_bandwidth_min_fraction",
+                             variable="qualify_bandwidth_min_gbits"))
+        else:
+            out.append(check("rdma_bandwidth", subject, gbits, floor, PASS,
+                             "RDMA write bandwidth to %s is %.2f Gb/s (floor %.2f Gb/s)" % (item.get("peer"), gbits, floor),
+                             variable="qualify_bandwidth_min_gbits"))
+    return out
+
+
+def bandwidth_peer(hostvars_of):
+    """What a worker published for the head's bandwidth test: its fabric address, rank and RDMA port."""
+    hostvars_of = hostvars_of or {}
+    return {"address": hostvars_of.get("dspark_fabric_address"), "rank": hostvars_of.get("dspark_rank"),
+            "port": hostvars_of.get("_qualify_rdma_port")}
+
+
+def rdma_skip(inputs):
+    """Why the RoCE checks (GID, bandwidth) do not run on this node, as one skip check, or [] when they run.
+
+    inputs: enabled (qualify_rdma), hca, container (fabric_check's), unaddressed.
+    """
+    reason = None
+    if not inputs.get("enabled") or inputs.get("enabled") in ("false", "False", "no"):
+        reason = "qualify_rdma is false"
+    elif not inputs.get("hca"):
+        reason = "dspark_fabric_hca is not set (no RDMA device named)"
+    elif inputs.get("container"):
+        reason = "this node is a container (%s): its RDMA devices are the host's" % inputs["container"]
+    elif inputs.get("unaddressed"):
+        reason = "the fabric is not set up yet on %s (a first provision)" % ", ".join(inputs["unaddressed"])
+    if reason is None:
+        return []
+    return [check("gid", inputs.get("hca") or "rdma", None, None, SKIP, "RoCE not checked: %s" % reason,
+                  variable="qualify_rdma")]
+
+
+def bandwidth_plan(inputs):
+    """Who runs what: each worker receives on base + rank, the head sends to each in turn.
+
+    inputs: host, is_head, rank, base_port, port ({device, ib_port} of this node or None), workers ({host: {address,
+    rank, port}} published by the workers).
+    """
+    base = _int(inputs.get("base_port"), 18600)
+    if not inputs.get("port"):
+        return {"receive": [], "send": []}
+    if not inputs.get("is_head"):
+        return {"receive": [dict(inputs["port"], tcp_port=base + _int(inputs.get("rank")))], "send": []}
+    sends = []
+    for host, worker in (inputs.get("workers") or {}).items():
+        if not worker or not worker.get("port") or not worker.get("address"):
+            continue
+        sends.append(dict(inputs["port"], peer=host, server=worker["address"], tcp_port=base + _int(worker.get("rank"))))
+    return {"receive": [], "send": sends}
+
+
 def counts(checks):
     out = dict((v, 0) for v in VERDICTS)
     for item in checks:
@@ -214,10 +351,11 @@ def failures(checks):
 
 
 def result(inputs):
-    """The qualify_result fact of one host (inputs: host, group, node, fabric, group_level: lists of checks): every
-    check, the node's first, and whether none failed."""
+    """The qualify_result fact of one host (inputs: host, group, node, fabric, rdma, group_level: lists of checks):
+    every check, the node's first, and whether none failed."""
     checks = [dict(c, scope=c.get("scope") or "node") for c in (inputs.get("node") or [])]
     checks += list(inputs.get("fabric") or [])
+    checks += list(inputs.get("rdma") or [])
     checks += [dict(c, scope="group") for c in (inputs.get("group_level") or [])]
     return {"host": inputs["host"], "group": inputs["group"], "ok": not any(c.get("verdict") == FAIL for c in checks),
             "counts": counts(checks), "checks": checks}

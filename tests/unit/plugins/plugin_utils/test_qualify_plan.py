@@ -158,3 +158,62 @@ def test_the_default_deny_list_refuses_the_fields_bad_kernel_with_its_source():
     assert bad["fix"]
     good = qualify.judge_kernel("6.17.0-1032-nvidia", [], deny, "qualify_kernel_allow", "qualify_kernel_deny")
     assert good["verdict"] == "pass", good
+
+
+GID = {"gid_index": 3, "members": [{"device": "rocep1s0f1", "port": 1, "netdev": "enp1s0f1np1"},
+                                   {"device": "rocep1s0f0", "port": 1, "netdev": "enp1s0f0np0"}]}
+
+
+def test_the_rdma_port_of_the_fabric_interface():
+    assert plan.rdma_port({"gid": GID, "interface": "enp1s0f1np1"}) == {"device": "rocep1s0f1", "ib_port": 1}
+    assert plan.rdma_port({"gid": GID, "interface": "eth9"}) is None
+    assert plan.rdma_port({"gid": {"failed": True}, "interface": "enp1s0f1np1"}) is None
+
+
+def test_gid_checks():
+    assert plan.gid_checks({"first": {"skipped": True}}) == []
+    missing = plan.gid_checks({"first": {"failed": True, "msg": "no RoCE v2 GID"}, "hca": "rxe0"})[0]
+    assert missing["verdict"] == "fail" and "rxe0" in missing["message"] and missing["variable"] == "dspark_fabric_hca"
+    once = plan.gid_checks({"first": GID, "second": {"skipped": True}, "hca": "rxe0"})[0]
+    assert once["verdict"] == "pass" and once["value"] == 3
+    same = plan.gid_checks({"first": GID, "second": dict(GID), "interval": 5, "hca": "rxe0"})[0]
+    assert same["verdict"] == "pass" and "two reads 5 s apart" in same["message"]
+    moved = plan.gid_checks({"first": GID, "second": dict(GID, gid_index=4), "interval": 5, "hca": "rxe0"})[0]
+    assert moved["verdict"] == "fail" and "moved from 3 to 4 within 5 s" in moved["message"] and moved["fix"]
+
+
+def test_the_bandwidth_floor_follows_the_link_speed_when_it_has_one():
+    checks = [{"check": "link_speed", "subject": "f0", "value": 200000}, {"check": "link_speed", "subject": "f1", "value": -1}]
+    assert plan.bandwidth_floor({"min_gbits": 10, "min_fraction": 0.4, "checks": checks, "interface": "f0"}) == 80.0
+    assert plan.bandwidth_floor({"min_gbits": 10, "min_fraction": 0.4, "checks": checks, "interface": "f1"}) == 10.0
+    assert plan.bandwidth_floor({"min_gbits": "0.01", "min_fraction": 0.4, "checks": [], "interface": "f0"}) == 0.01
+
+
+def test_the_bandwidth_plan_and_its_checks():
+    port = {"device": "rxe0", "ib_port": 1}
+    workers = {"w1": plan.bandwidth_peer({"dspark_fabric_address": "10.0.0.2", "dspark_rank": 1, "_qualify_rdma_port": port}),
+               "w2": plan.bandwidth_peer({"dspark_fabric_address": "10.0.0.3", "dspark_rank": "2"})}
+    head = plan.bandwidth_plan({"is_head": True, "rank": 0, "base_port": 18600, "port": port, "workers": workers})
+    assert head == {"receive": [], "send": [{"device": "rxe0", "ib_port": 1, "peer": "w1", "server": "10.0.0.2",
+                                             "tcp_port": 18601}]}
+    worker = plan.bandwidth_plan({"is_head": False, "rank": "1", "base_port": "18600", "port": port})
+    assert worker == {"receive": [{"device": "rxe0", "ib_port": 1, "tcp_port": 18601}], "send": []}
+    assert plan.bandwidth_plan({"is_head": True, "port": None}) == {"receive": [], "send": []}
+    runs = {"results": [{"item": head["send"][0], "gbits_average": 95.5},
+                        {"item": dict(head["send"][0], peer="w3"), "gbits_average": 41.0},
+                        {"item": dict(head["send"][0], peer="w4"), "failed": True, "msg": "could not reach"},
+                        {"skipped": True}]}
+    checks = plan.bandwidth_checks({"runs": runs, "floor": 80.0})
+    assert [c["verdict"] for c in checks] == ["pass", "fail", "fail"]
+    assert "41.00 Gb/s, below the floor 80.00" in checks[1]["message"] and checks[1]["fix"]
+    assert "could not reach" in checks[2]["message"]
+    assert plan.bandwidth_checks({"runs": {"skipped": True}, "floor": 1}) == []
+
+
+def test_why_rdma_is_not_checked():
+    base = {"enabled": True, "hca": "rxe0", "container": None, "unaddressed": []}
+    assert plan.rdma_skip(base) == []
+    for change, words in (({"enabled": False}, "qualify_rdma is false"), ({"hca": ""}, "dspark_fabric_hca is not set"),
+                          ({"container": "docker"}, "container (docker)"), ({"unaddressed": ["w"]}, "not set up yet on w")):
+        skip = plan.rdma_skip(dict(base, **change))
+        assert len(skip) == 1 and skip[0]["verdict"] == "skip" and words in skip[0]["message"], (change, skip)
