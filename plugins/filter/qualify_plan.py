@@ -27,7 +27,7 @@ options:
     required: true
     choices: [disks, links, read_interfaces, ping_interfaces, unaddressed, ports, addressed, peers, fabric_checks,
               group_checks, failures, result, rdma_port, gid_checks, bandwidth_floor, bandwidth_checks, bandwidth_plan,
-              bandwidth_peer, rdma_skip]
+              bandwidth_peer, rdma_skip, manifest_bytes, gpu_checks]
 """
 
 EXAMPLES = r"""
@@ -48,7 +48,7 @@ from ansible_collections.dspark.cluster.plugins.plugin_utils import _qualify_pla
 
 _PARTS = ("disks", "links", "read_interfaces", "ping_interfaces", "unaddressed", "ports", "addressed", "peers",
           "fabric_checks", "group_checks", "failures", "result", "rdma_port", "gid_checks", "bandwidth_floor",
-          "bandwidth_checks", "bandwidth_plan", "bandwidth_peer", "rdma_skip")
+          "bandwidth_checks", "bandwidth_plan", "bandwidth_peer", "rdma_skip", "manifest_bytes", "gpu_checks")
 
 
 def qualify_plan(value, part):

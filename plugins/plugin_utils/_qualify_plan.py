@@ -12,7 +12,9 @@ Pure Python, no Ansible imports.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
+import json
 
 from ansible_collections.dspark.cluster.plugins.module_utils import qualify as _judge
 
@@ -40,21 +42,28 @@ def _int(value, default=0):
 def disks(inputs):
     """node_qualify's `disks`: the model cache (what the model still needs plus the reserve) and Docker's root.
 
-    inputs: hf_cache, model_bytes (0: unknown, the reserve only), present_bytes (what of the model the cache holds
-    already), reserve_bytes, min_inodes, docker_root, docker_root_min_bytes.
+    inputs: hf_cache, model_bytes (qualify_model_bytes; 0: the checkpoint manifest's size), manifest_bytes (the
+    size a member's checkpoint manifest gives; 0: none), present_bytes (what of the model the cache holds already),
+    reserve_bytes, min_inodes, docker_root, docker_root_min_bytes.
     """
     model = _int(inputs.get("model_bytes"))
+    source = "qualify_model_bytes"
+    if not model and _int(inputs.get("manifest_bytes")):
+        model, source = _int(inputs.get("manifest_bytes")), "the checkpoint manifest"
     present = _int(inputs.get("present_bytes"))
     need = max(0, model - present) + _int(inputs.get("reserve_bytes"))
+    # `variable` names the path's variable (the module's Fix offers another path); the label, what sets the need.
     out = [{"path": inputs["hf_cache"], "need_bytes": need, "need_inodes": _int(inputs.get("min_inodes")),
-            "variable": "qualify_model_bytes" if model else "qualify_disk_reserve_bytes",
-            "label": "the model cache (dspark_hf_cache): %s" % (
-                "the model's %d bytes, %d already there, plus the reserve" % (model, min(present, model))
-                if model else "the reserve only (qualify_model_bytes is 0: set it to the checkpoint's size)")}]
+            "variable": "dspark_hf_cache",
+            "label": "the model cache: %s" % (
+                "the model's %d bytes (%s), %d already there, plus qualify_disk_reserve_bytes"
+                % (model, source, min(present, model))
+                if model else "qualify_disk_reserve_bytes only (qualify_model_bytes is 0 and no member has a checkpoint "
+                              "manifest yet: set it to the checkpoint's size)")}]
     if inputs.get("docker_root") and _int(inputs.get("docker_root_min_bytes")) > 0:
         out.append({"path": inputs["docker_root"], "need_bytes": _int(inputs["docker_root_min_bytes"]),
-                    "need_inodes": 0, "variable": "qualify_docker_root_min_bytes",
-                    "label": "Docker's data root (qualify_docker_root)"})
+                    "need_inodes": 0, "variable": "qualify_docker_root",
+                    "label": "Docker's data root: qualify_docker_root_min_bytes"})
     return out
 
 
@@ -330,6 +339,50 @@ def bandwidth_plan(inputs):
     return {"receive": [], "send": sends}
 
 
+def manifest_bytes(inputs):
+    """The model's size from the checkpoint manifest a member holds (its total_size; the largest when several
+    differ), else 0. inputs: slurped ({host: ansible.builtin.slurp's result or None})."""
+    best = 0
+    for result in (inputs.get("slurped") or {}).values():
+        if not result or result.get("failed") or not result.get("content"):
+            continue
+        try:
+            doc = json.loads(base64.b64decode(result["content"]).decode("utf-8"))
+            best = max(best, int(doc.get("total_size") or 0))
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return best
+
+
+def gpu_checks(inputs):
+    """The GPU seen from inside a container of the serving image: `nvidia-smi -L` run with --gpus all.
+
+    inputs: image (docker image inspect's result), run (docker run's result, None when skipped), want (GPUs per
+    node), image_name.
+    """
+    image = inputs.get("image") or {}
+    name = inputs.get("image_name")
+    if image.get("skipped") or image.get("rc") is None:
+        return [check("gpu", "container", None, None, SKIP, "GPU in a container not checked: Docker is not there yet "
+                      "(the docker_runtime role installs it)", variable="qualify_gpu")]
+    if image.get("rc") != 0:
+        return [check("gpu", "container", None, None, SKIP, "GPU in a container not checked: the serving image %s is not "
+                      "on this node yet (docker_runtime loads it; qualify again after)" % name, variable="qualify_gpu")]
+    run = inputs.get("run") or {}
+    want = _int(inputs.get("want"), 1)
+    lines = [line for line in (run.get("stdout") or "").splitlines() if line.strip().startswith("GPU ")]
+    if run.get("rc") != 0 or len(lines) < want:
+        said = (run.get("stderr") or run.get("stdout") or run.get("msg") or "").strip().splitlines()
+        return [check("gpu", "container", len(lines), want, FAIL,
+                      "the serving image sees %d GPU(s) with --gpus all, %d wanted (dspark_gpus_per_node)%s"
+                      % (len(lines), want, (": " + said[-1][:200]) if said else ""),
+                      fix="check the NVIDIA Container Toolkit (`nvidia-ctk runtime configure --runtime=docker`, then "
+                          "restart docker) and the driver (`nvidia-smi` on the host); the docker_runtime role's GPU "
+                          "smoke test does the same", variable="dspark_gpus_per_node")]
+    return [check("gpu", "container", len(lines), want, PASS, "the serving image sees %s" % "; ".join(lines),
+                  variable="dspark_gpus_per_node")]
+
+
 def counts(checks):
     out = dict((v, 0) for v in VERDICTS)
     for item in checks:
@@ -351,11 +404,12 @@ def failures(checks):
 
 
 def result(inputs):
-    """The qualify_result fact of one host (inputs: host, group, node, fabric, rdma, group_level: lists of checks):
+    """The qualify_result fact of one host (inputs: host, group, node, fabric, rdma, gpu, group_level: lists of checks):
     every check, the node's first, and whether none failed."""
     checks = [dict(c, scope=c.get("scope") or "node") for c in (inputs.get("node") or [])]
     checks += list(inputs.get("fabric") or [])
     checks += list(inputs.get("rdma") or [])
+    checks += list(inputs.get("gpu") or [])
     checks += [dict(c, scope="group") for c in (inputs.get("group_level") or [])]
     return {"host": inputs["host"], "group": inputs["group"], "ok": not any(c.get("verdict") == FAIL for c in checks),
             "counts": counts(checks), "checks": checks}

@@ -1,6 +1,8 @@
 """The qualify role's plan (plugins/plugin_utils/_qualify_plan.py): what each node checks, the fabric_check result
 as checks, the published result and its failure lines; and the role's default deny list."""
 
+import base64
+import json
 import os
 
 import yaml
@@ -18,9 +20,9 @@ def test_disks_need_what_the_model_still_needs_plus_the_reserve():
     assert disks[0]["path"] == "/cache"
     assert disks[0]["need_bytes"] == 70 * GIB
     assert disks[0]["need_inodes"] == 1000
-    assert disks[0]["variable"] == "qualify_model_bytes"
+    assert disks[0]["variable"] == "dspark_hf_cache" and "(qualify_model_bytes)" in disks[0]["label"]
     assert disks[1] == {"path": "/var/lib/docker", "need_bytes": 5 * GIB, "need_inodes": 0,
-                        "variable": "qualify_docker_root_min_bytes", "label": "Docker's data root (qualify_docker_root)"}
+                        "variable": "qualify_docker_root", "label": "Docker's data root: qualify_docker_root_min_bytes"}
 
 
 def test_a_model_already_whole_in_the_cache_needs_only_the_reserve():
@@ -32,8 +34,8 @@ def test_a_model_already_whole_in_the_cache_needs_only_the_reserve():
 def test_an_unknown_model_size_checks_the_reserve_and_says_so():
     disk = plan.disks({"hf_cache": "/c", "model_bytes": 0, "present_bytes": "garbage", "reserve_bytes": 9})[0]
     assert disk["need_bytes"] == 9
-    assert disk["variable"] == "qualify_disk_reserve_bytes"
-    assert "qualify_model_bytes is 0" in disk["label"]
+    assert disk["variable"] == "dspark_hf_cache"
+    assert "qualify_model_bytes is 0" in disk["label"] and "qualify_disk_reserve_bytes" in disk["label"]
 
 
 def test_links_add_the_second_fabric_interface():
@@ -217,3 +219,42 @@ def test_why_rdma_is_not_checked():
                           ({"container": "docker"}, "container (docker)"), ({"unaddressed": ["w"]}, "not set up yet on w")):
         skip = plan.rdma_skip(dict(base, **change))
         assert len(skip) == 1 and skip[0]["verdict"] == "skip" and words in skip[0]["message"], (change, skip)
+
+
+def _slurped(doc):
+    return {"content": base64.b64encode(json.dumps(doc).encode()).decode(), "encoding": "base64"}
+
+
+def test_the_model_size_from_a_members_checkpoint_manifest():
+    slurped = {"h": _slurped({"total_size": 150, "entries": []}), "w": {"failed": True, "msg": "file not found"},
+               "x": None, "y": {"content": "bm90IGpzb24="}}
+    assert plan.manifest_bytes({"slurped": slurped}) == 150
+    assert plan.manifest_bytes({"slurped": {"w": {"failed": True}}}) == 0
+    disk = plan.disks({"hf_cache": "/c", "model_bytes": 0, "manifest_bytes": 150, "present_bytes": 100,
+                       "reserve_bytes": 7})[0]
+    assert disk["need_bytes"] == 57 and "the checkpoint manifest" in disk["label"]
+    assert disk["variable"] == "dspark_hf_cache"
+    set_by_hand = plan.disks({"hf_cache": "/c", "model_bytes": 500, "manifest_bytes": 150, "reserve_bytes": 0})[0]
+    assert set_by_hand["need_bytes"] == 500 and "(qualify_model_bytes)" in set_by_hand["label"]
+
+
+def test_the_gpu_seen_from_a_container():
+    listing = fixture_text("device_nvidia_smi_L.txt")     # recorded on the device machine (one H200)
+    ok = plan.gpu_checks({"image": {"rc": 0}, "run": {"rc": 0, "stdout": listing}, "want": 1, "image_name": "i"})[0]
+    assert ok["verdict"] == "pass" and "NVIDIA H200" in ok["message"]
+    two = plan.gpu_checks({"image": {"rc": 0}, "run": {"rc": 0, "stdout": listing}, "want": "2", "image_name": "i"})[0]
+    assert two["verdict"] == "fail" and "1 GPU(s)" in two["message"] and "nvidia-ctk" in two["fix"]
+    broken = plan.gpu_checks({"image": {"rc": 0}, "want": 1, "image_name": "i",
+                              "run": {"rc": 125, "stdout": "", "stderr": "docker: Error response from daemon: could "
+                                      "not select device driver \"\" with capabilities: [[gpu]]."}})[0]
+    assert broken["verdict"] == "fail" and "could not select device driver" in broken["message"]
+    absent = plan.gpu_checks({"image": {"rc": 1}, "image_name": "reg/img@sha256:1"})[0]
+    assert absent["verdict"] == "skip" and "reg/img@sha256:1" in absent["message"]
+    no_docker = plan.gpu_checks({"image": {"rc": None, "msg": "No such file or directory"}})[0]
+    assert no_docker["verdict"] == "skip" and "Docker is not there yet" in no_docker["message"]
+
+
+def fixture_text(name):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "module_utils", "fixtures", "qualify", name), encoding="utf-8") as handle:
+        return handle.read()
