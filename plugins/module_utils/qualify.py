@@ -20,7 +20,7 @@ import re
 
 from ansible_collections.dspark.cluster.plugins.module_utils.memory_guard import parse_meminfo
 
-CHECKS = ('kernel', 'os', 'driver', 'disk', 'memory', 'swap', 'oom', 'time', 'port', 'link', 'link_speed')
+CHECKS = ('kernel', 'os', 'driver', 'disk', 'memory', 'cma', 'swap', 'oom', 'time', 'port', 'link', 'link_speed')
 VERDICTS = ('pass', 'fail', 'warn', 'info', 'skip')
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -250,6 +250,27 @@ def meminfo_facts(meminfo_text):
         return fields[name] // 1024 if name in fields else None
     return {'memory_total_mib': mib('MemTotal'), 'memory_available_mib': mib('MemAvailable'),
             'swap_total_mib': mib('SwapTotal')}
+
+
+def judge_cma(meminfo_text, required=False, variable='cma_required'):
+    """The kernel's contiguous memory area (CmaTotal in /proc/meminfo). On a DGX Spark, NCCL over RoCE cannot
+    register memory without it (ibv_reg_mr_iova2: Cannot allocate memory): a kernel that booted with CmaTotal 0 kB
+    (7.0.0-1019-nvidia in the field) fails every start."""
+    fields = parse_meminfo(meminfo_text)
+    total = fields.get('CmaTotal')
+    mib = None if total is None else total // 1024
+    if not required:
+        return make_check('cma', 'CmaTotal', mib, None, 'info',
+                          'CmaTotal %s (not required: %s is false)' % ('absent' if mib is None else '%d MiB' % mib,
+                                                                       variable), None, variable)
+    if not total:
+        return make_check('cma', 'CmaTotal', mib, {'min_mib': 1}, 'fail',
+                          'CmaTotal is %s: NCCL over RoCE cannot register memory on this kernel (ibv_reg_mr_iova2 '
+                          'fails with Cannot allocate memory)' % ('absent' if total is None else '0 kB'),
+                          'Boot a kernel with a CMA area (6.17.0-1032-nvidia is reported to work; 7.0.0-1019-nvidia '
+                          'boots without one), or give one on the kernel command line (cma=...); then reboot',
+                          variable)
+    return make_check('cma', 'CmaTotal', mib, {'min_mib': 1}, 'pass', 'CmaTotal %d MiB' % mib, None, variable)
 
 
 def judge_memory(meminfo_text, fraction=0.0, reserve_mib=0, variable='serve_gpu_memory_utilization'):

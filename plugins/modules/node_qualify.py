@@ -134,6 +134,12 @@ options:
     type: str
     choices: [any, none, required]
     default: any
+  cma_required:
+    description:
+      - V(true) fails when the kernel has no contiguous memory area (C(CmaTotal) absent or 0 in C(/proc/meminfo)),
+        since on a DGX Spark NCCL over RoCE then cannot register memory. V(false) only reports it.
+    type: bool
+    default: false
   time_sync_required:
     description:
       - V(true) fails when the kernel clock is not synchronised (C(STA_UNSYNC)); V(false) only warns.
@@ -190,7 +196,8 @@ options:
     description:
       - Inventory variable names to cite in the messages of the checks set by other options, keyed by option name
         (V(kernel_allow), V(kernel_deny), V(os_allow), V(driver_allow), V(driver_deny), V(driver_required), V(swap),
-        V(oom_policy), V(time_sync_required), V(time_max_error_ms)). An option not listed is cited by its own name.
+        V(oom_policy), V(cma_required), V(time_sync_required), V(time_max_error_ms)). An option not listed is cited by
+        its own name.
     type: dict
     default: {}
 extends_documentation_fragment:
@@ -528,6 +535,7 @@ def main():
             memory_variable=dict(type='str', default='serve_gpu_memory_utilization'),
             swap=dict(type='str', default='any', choices=['any', 'off', 'on']),
             oom_policy=dict(type='str', default='any', choices=['any', 'none', 'required']),
+            cma_required=dict(type='bool', default=False),
             time_sync_required=dict(type='bool', default=True),
             time_max_error_ms=dict(type='int', default=100),
             ports=dict(type='list', elements='dict', default=[], options=dict(
@@ -585,6 +593,7 @@ def main():
         facts.update(qualify.meminfo_facts(meminfo))
         checks.append(qualify.judge_memory(meminfo, p['memory_fraction'], p['memory_reserve_mib'],
                                            p['memory_variable']))
+        checks.append(qualify.judge_cma(meminfo, p['cma_required'], var('cma_required')))
         checks.append(qualify.judge_swap(read_text('/proc/swaps'), meminfo, p['swap'], var('swap')))
         checks.append(measure_oom(module, p['oom_policy'], var('oom_policy')))
         wall = wall_time()

@@ -294,7 +294,7 @@ def bandwidth_checks(inputs):
 
 
 def bandwidth_peer(hostvars_of):
-    """What a worker published for the head's bandwidth test: its fabric address, rank and RDMA port."""
+    """What a member published for the bandwidth tests: its fabric address, rank and RDMA port."""
     hostvars_of = hostvars_of or {}
     return {"address": hostvars_of.get("dspark_fabric_address"), "rank": hostvars_of.get("dspark_rank"),
             "port": hostvars_of.get("_qualify_rdma_port")}
@@ -320,23 +320,30 @@ def rdma_skip(inputs):
                   variable="qualify_rdma")]
 
 
-def bandwidth_plan(inputs):
-    """Who runs what: each worker receives on base + rank, the head sends to each in turn.
+# TCP port of one measurement: base + sender's rank x PORT_STRIDE + receiver's rank (groups below 64 members).
+PORT_STRIDE = 64
 
-    inputs: host, is_head, rank, base_port, port ({device, ib_port} of this node or None), workers ({host: {address,
-    rank, port}} published by the workers).
+
+def bandwidth_plan(inputs):
+    """Every ordered pair of the group, one measurement each: this member receives from every other member (one
+    server per sender, started at once) and sends to every other member in turn (the senders go one at a time).
+
+    inputs: rank, base_port, port ({device, ib_port} of this node or None), peers ({host: bandwidth_peer} of the other
+    members).
     """
     base = _int(inputs.get("base_port"), 18600)
-    if not inputs.get("port"):
-        return {"receive": [], "send": []}
-    if not inputs.get("is_head"):
-        return {"receive": [dict(inputs["port"], tcp_port=base + _int(inputs.get("rank")))], "send": []}
-    sends = []
-    for host, worker in (inputs.get("workers") or {}).items():
-        if not worker or not worker.get("port") or not worker.get("address"):
+    mine = inputs.get("port")
+    rank = _int(inputs.get("rank"))
+    plan = {"receive": [], "send": []}
+    if not mine:
+        return plan
+    for host, peer in (inputs.get("peers") or {}).items():
+        if not peer or not peer.get("port") or not peer.get("address"):
             continue
-        sends.append(dict(inputs["port"], peer=host, server=worker["address"], tcp_port=base + _int(worker.get("rank"))))
-    return {"receive": [], "send": sends}
+        other = _int(peer.get("rank"))
+        plan["receive"].append(dict(mine, peer=host, tcp_port=base + other * PORT_STRIDE + rank))
+        plan["send"].append(dict(mine, peer=host, server=peer["address"], tcp_port=base + rank * PORT_STRIDE + other))
+    return plan
 
 
 def manifest_bytes(inputs):

@@ -379,3 +379,17 @@ def test_a_service_of_a_node_that_is_itself_a_container_is_a_host_process():
     nested = "0::/docker/%s/docker/%s\n" % ("a" * 64, "b" * 64)
     assert qualify.container_id_from_cgroup(nested) == "b" * 64
     assert qualify.container_id_from_cgroup("0::/system.slice/docker-%s.scope\n" % ("c" * 64)) == "c" * 64
+
+
+def test_cma_required_on_a_spark():
+    # This machine's /proc/meminfo (recorded) has no CmaTotal line: its kernel has no CMA.
+    recorded = fixture("meminfo.txt")
+    assert "CmaTotal" not in recorded
+    info = qualify.judge_cma(recorded, required=False, variable="qualify_cma_required")
+    assert info["verdict"] == "info" and "absent" in info["message"]
+    missing = qualify.judge_cma(recorded, required=True, variable="qualify_cma_required")
+    assert missing["verdict"] == "fail" and "ibv_reg_mr_iova2" in missing["message"] and "cma=" in missing["fix"]
+    zero = qualify.judge_cma("MemTotal: 100 kB\nCmaTotal:              0 kB\nCmaFree: 0 kB\n", required=True)
+    assert zero["verdict"] == "fail" and "0 kB" in zero["message"]
+    good = qualify.judge_cma("CmaTotal:        1048576 kB\nCmaFree: 1000 kB\n", required=True)
+    assert good["verdict"] == "pass" and good["value"] == 1024

@@ -152,7 +152,7 @@ def test_defaults_on_a_bare_node(monkeypatch, capsys):
               timex={"state": 5, "status": 64, "esterror": 16000000, "maxerror": 16000000})
     code, result = run_module(capsys, {})
     assert code == 0
-    assert [c["check"] for c in result["checks"]] == ["kernel", "os", "driver", "memory", "swap", "oom", "time"]
+    assert [c["check"] for c in result["checks"]] == ["kernel", "os", "driver", "memory", "cma", "swap", "oom", "time"]
     assert by(result, "driver")["verdict"] == "skip" and by(result, "memory")["verdict"] == "skip"
     assert by(result, "swap")["verdict"] == "info"
     oom = by(result, "oom")

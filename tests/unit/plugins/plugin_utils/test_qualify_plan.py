@@ -193,14 +193,17 @@ def test_the_bandwidth_floor_follows_the_link_speed_when_it_has_one():
 
 def test_the_bandwidth_plan_and_its_checks():
     port = {"device": "rxe0", "ib_port": 1}
-    workers = {"w1": plan.bandwidth_peer({"dspark_fabric_address": "10.0.0.2", "dspark_rank": 1, "_qualify_rdma_port": port}),
-               "w2": plan.bandwidth_peer({"dspark_fabric_address": "10.0.0.3", "dspark_rank": "2"})}
-    head = plan.bandwidth_plan({"is_head": True, "rank": 0, "base_port": 18600, "port": port, "workers": workers})
-    assert head == {"receive": [], "send": [{"device": "rxe0", "ib_port": 1, "peer": "w1", "server": "10.0.0.2",
-                                             "tcp_port": 18601}]}
-    worker = plan.bandwidth_plan({"is_head": False, "rank": "1", "base_port": "18600", "port": port})
-    assert worker == {"receive": [{"device": "rxe0", "ib_port": 1, "tcp_port": 18601}], "send": []}
-    assert plan.bandwidth_plan({"is_head": True, "port": None}) == {"receive": [], "send": []}
+    peers = {"w1": plan.bandwidth_peer({"dspark_fabric_address": "10.0.0.2", "dspark_rank": 1, "_qualify_rdma_port": port}),
+             "w2": plan.bandwidth_peer({"dspark_fabric_address": "10.0.0.3", "dspark_rank": "2"})}   # no RDMA port
+    head = plan.bandwidth_plan({"rank": 0, "base_port": 18600, "port": port, "peers": peers})
+    assert head == {"receive": [{"device": "rxe0", "ib_port": 1, "peer": "w1", "tcp_port": 18600 + 64}],
+                    "send": [{"device": "rxe0", "ib_port": 1, "peer": "w1", "server": "10.0.0.2", "tcp_port": 18601}]}
+    worker = plan.bandwidth_plan({"rank": "1", "base_port": "18600", "port": port, "peers": {
+        "h": plan.bandwidth_peer({"dspark_fabric_address": "10.0.0.1", "dspark_rank": 0, "_qualify_rdma_port": port})}})
+    # What the head sends, the worker receives on the same port, and the other way round.
+    assert worker["receive"][0]["tcp_port"] == head["send"][0]["tcp_port"]
+    assert worker["send"][0]["tcp_port"] == head["receive"][0]["tcp_port"] and worker["send"][0]["server"] == "10.0.0.1"
+    assert plan.bandwidth_plan({"rank": 0, "port": None, "peers": peers}) == {"receive": [], "send": []}
     runs = {"results": [{"item": head["send"][0], "gbits_average": 95.5},
                         {"item": dict(head["send"][0], peer="w3"), "gbits_average": 41.0},
                         {"item": dict(head["send"][0], peer="w4"), "failed": True, "msg": "could not reach"},
