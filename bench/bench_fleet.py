@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import machine, write_result
+from benchlib import stamp, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = pathlib.Path(sys.executable).parent
@@ -68,10 +68,7 @@ def main():
     result = {
         "benchmark": "fleet scale on the simulated fleet lab: forced reprovision of every group in parallel "
                      "vs one group alone; no-op site.yml over the fleet vs one pair",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine(),
-        "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                     text=True, check=False).stdout.strip(),
+        **stamp(),
         "fleet": {"groups": len(GROUPS), "nodes": 7, "inventory": INVENTORY.parent.name,
                   "note": "SIMULATED fleet lab (containers, the vLLM simulator)"},
         "reprovision": {"fleet_seconds": fleet_s, "one_group_seconds": alone_s, "ratio": reprovision_ratio,

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import machine, write_result
+from benchlib import stamp, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = pathlib.Path(sys.executable).parent
@@ -56,10 +56,7 @@ def main():
     ratio = round(fleet_s / alone_s, 2)
     result = {
         "benchmark": "dspark-fleet qualify of every group of the simulated fleet lab at once vs one group alone",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine(),
-        "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                     text=True, check=False).stdout.strip(),
+        **stamp(),
         "fleet": {"groups": len(GROUPS), "nodes": sum(g["nodes"] for g in fleet_groups.values()),
                   "inventory": INVENTORY.parent.name, "note": "SIMULATED fleet lab (containers)"},
         "qualify": {"fleet_seconds": fleet_s, "fleet_runs": fleet_runs, "one_group_seconds": alone_s,

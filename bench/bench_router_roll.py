@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "tests" / "fleet"))
 import loadclient  # noqa: E402  pylint: disable=wrong-import-position
 import routerlab as lab  # noqa: E402  pylint: disable=wrong-import-position
 import fleetlab  # noqa: E402  pylint: disable=wrong-import-position
-from benchlib import machine, write_result  # noqa: E402  pylint: disable=wrong-import-position
+from benchlib import stamp, write_result  # noqa: E402  pylint: disable=wrong-import-position
 
 LABS = {
     "fleet": {"result": "router_roll.json", "inventory": lab.INVENTORY, "url": lab.ROUTER_URL, "rate": "4",
@@ -122,10 +122,7 @@ def main():
     all_rolled = rc == 0 and all(g["result"] == "converged" for g in per_group)
     result = {
         "benchmark": "requests through the %s lab's router (HAProxy) during a rolling reprovision" % LAB_NAME,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine(),
-        "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                     text=True, check=False).stdout.strip(),
+        **stamp(),
         "lab": LAB["lab"],
         "roll": LAB["roll"],
         "load": {"rate_per_s": RATE, "streamed": "every second request", "client": "tests/fleet/loadclient.py",

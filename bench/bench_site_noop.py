@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import machine, write_result
+from benchlib import stamp, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "site_noop.json"
@@ -37,10 +37,7 @@ def main():
     changed = max(n["changed"] for dummy, recap in samples for n in recap.values())
     result = {
         "benchmark": "site.yml no-op re-run on the converged lab pair",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine(),
-        "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                     text=True, check=False).stdout.strip(),
+        **stamp(),
         "runs": RUNS,
         "seconds": times,
         "median_seconds": times[len(times) // 2],
