@@ -17,13 +17,17 @@ mkdir -p "$logs" || exit 1
 log=$logs/$name.log
 # Plain text in the log (Molecule, ansible-lint and pytest colour their output when TERM says xterm).
 export NO_COLOR=1
+# Where a stage spends its time: every log line carries the seconds since the stage began (Python unbuffered so
+# that the stamp is the line's own time), and every pytest run lists its slowest tests.
+export PYTHONUNBUFFERED=1
+export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-} --durations=15"
 
 start=$SECONDS
 {
   echo "# stage $name: $* (started $(date '+%F %T'))"
   "$@" </dev/null
-} >"$log" 2>&1
-rc=$?
+} 2>&1 | awk -W interactive -v t0="$(date +%s)" '{ printf "%5d %s\n", systime() - t0, $0; fflush() }' >"$log"
+rc=${PIPESTATUS[0]}
 secs=$((SECONDS - start))
 # The report is written once, at the end: stages of other lanes (tests/ci/lanes.sh) print beside this one.
 if ((rc == 0)); then

@@ -18,9 +18,10 @@ def test_a_passing_stage_prints_one_line_and_logs_everything(tmp_path):
     result = stage(tmp_path, "lint", "echo out; echo err >&2")
     assert result.returncode == 0
     assert re.fullmatch(r"lint +ok +\d+ s\n", result.stdout)
-    log = (tmp_path / "logs" / "lint.log").read_text()
-    assert log.startswith("# stage lint: bash -c ")
-    assert log.endswith("out\nerr\n")
+    lines = (tmp_path / "logs" / "lint.log").read_text().splitlines()
+    # Each line stamped with the seconds since the stage began.
+    assert re.fullmatch(r" +\d+ # stage lint: bash -c .*", lines[0])
+    assert [re.sub(r"^ +\d+ ", "", line) for line in lines[1:]] == ["out", "err"]
 
 
 def test_a_failing_stage_keeps_its_status_and_prints_the_tail_of_its_log(tmp_path):
@@ -28,7 +29,7 @@ def test_a_failing_stage_keeps_its_status_and_prints_the_tail_of_its_log(tmp_pat
     assert result.returncode == 3
     head, *tail = result.stdout.splitlines()
     assert re.match(r"unit +FAIL +\d+ s  \(exit 3\), whole output in .*/logs/unit\.log", head)
-    assert tail == ["  | line %d" % i for i in range(26, 31)]
+    assert [re.sub(r"^  \| +\d+ ", "", line) for line in tail] == ["line %d" % i for i in range(26, 31)]
 
 
 def test_a_stage_reads_no_input(tmp_path):
