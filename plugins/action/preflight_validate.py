@@ -8,6 +8,7 @@ _role_rules (every role's own input rules; the router's for the hosts of group d
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
+from ansible.utils.vars import load_extra_vars
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _plan_vars, _role_rules, inventory_rules
 
@@ -39,7 +40,6 @@ def read_host(hostvars, host):
     hostvars[host] templates on access (HostVarsVars), so one variable's error stays that variable's.
     """
     hv = hostvars.get(host) or {}
-    raw = getattr(hv, "_vars", hv)
     values = {}
     for name in list(hv):
         if not (_plan_vars.watched(name) or name in NODE_VARS):
@@ -47,8 +47,24 @@ def read_host(hostvars, host):
         try:
             values[name] = hv[name]
         except Exception as error:  # pylint: disable=broad-except  # any templating error is reported, not raised
-            values[name] = _plan_vars.TemplateFailure(raw.get(name), _first_line(error))
+            values[name] = _plan_vars.TemplateFailure(raw_value(hostvars, host, name), _first_line(error))
     return values, list(hv.get("group_names") or [])
+
+
+def raw_value(hostvars, host, name):
+    """One variable of a host as written, untemplated (HostVars.raw_get; a plain mapping as it is), else None."""
+    raw_get = getattr(hostvars, "raw_get", None)
+    raw = raw_get(host) if callable(raw_get) else hostvars.get(host)
+    try:
+        return raw.get(name)
+    except AttributeError:  # an undefined host
+        return None
+
+
+def extra_var_names(loader):
+    """The names given with -e (inline, key=value or @file) as ansible-playbook parsed them (ansible.utils.vars.load_extra_vars
+    reads ansible.context.CLIARGS; the parse of the run is cached, so an @file is not read again)."""
+    return set(load_extra_vars(loader) or {})
 
 
 def collect_nodes(hostvars, hosts, cache):
@@ -122,8 +138,7 @@ class ActionModule(ActionBase):
         failed = [(host, var) for host in sorted(wanted) for var, value in cache[host][0].items()
                   if isinstance(value, _plan_vars.TemplateFailure)]
         errors = _plan_vars.without_lines_about(findings.errors, failed)
-        extra = getattr(getattr(hostvars, "_variable_manager", None), "extra_vars", None) or {}
-        errors += _plan_vars.place(problems, groups, serving=set(summary), extra_vars=set(extra))
+        errors += _plan_vars.place(problems, groups, serving=set(summary), extra_vars=extra_var_names(self._loader))
 
         result.update(changed=False, groups=summary, errors=errors)
         if findings.warnings:

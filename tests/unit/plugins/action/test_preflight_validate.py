@@ -1,11 +1,17 @@
 """The action shell: reads hostvars of the play and of whole serving groups, never connects."""
 
+import json
+import os
 from unittest.mock import MagicMock
 
 import pytest
 
+from ansible import context
+from ansible.module_utils.common.collections import ImmutableDict
+from ansible.parsing.dataloader import DataLoader
 from ansible.playbook.task import Task
 from ansible.template import Templar
+from ansible.utils import vars as ansible_vars
 
 from ansible_collections.dspark.cluster.plugins.action.preflight_validate import ActionModule
 
@@ -28,7 +34,7 @@ def make_action(args=None):
     task.check_mode = False
     connection = MagicMock()
     connection._shell = MagicMock()
-    return ActionModule(task, connection, MagicMock(), loader=None, templar=Templar(loader=None), shared_loader_obj=None), connection
+    return ActionModule(task, connection, MagicMock(), loader=DataLoader(), templar=Templar(loader=None), shared_loader_obj=None), connection
 
 
 def task_vars(worker_address="10.77.77.2", play=("a-head", "a-worker")):
@@ -92,30 +98,41 @@ def test_members_outside_the_limit_are_read_and_reported():
     assert any("leaves out a-worker" in e for e in result["errors"])
 
 
-class FakeVariableManager:
-    def __init__(self, extra_vars):
-        self.extra_vars = extra_vars
-
-
 class FakeHostVars(dict):
-    """Like Ansible's HostVars: host -> HostVarsVars (templates each variable on access, in that host's context)."""
+    """Like Ansible's HostVars: host -> HostVarsVars (templates each variable on access, in that host's context), and
+    raw_get (the host's variables as written)."""
 
-    def __init__(self, hostvars, extra_vars=None):
+    def __init__(self, hostvars):
         from ansible.vars.hostvars import HostVarsVars
         from ansible.template import trust_as_template
-        trusted = {h: {k: trust_as_template(x) if isinstance(x, str) else x for k, x in v.items()} for h, v in hostvars.items()}
-        super().__init__({h: HostVarsVars(v, loader=None, host=h) for h, v in trusted.items()})
-        self._variable_manager = FakeVariableManager(extra_vars or {})
+        self._raw = {h: {k: trust_as_template(x) if isinstance(x, str) else x for k, x in v.items()} for h, v in hostvars.items()}
+        super().__init__({h: HostVarsVars(v, loader=None, host=h) for h, v in self._raw.items()})
+
+    def raw_get(self, host):
+        return self._raw[host]
+
+
+@pytest.fixture(autouse=True)
+def cli_args(monkeypatch):
+    """The -e arguments of ansible-playbook's command line (ansible.context.CLIARGS), none unless a test sets them;
+    load_extra_vars's parse of the run is not cached across tests."""
+    def given(*extra_vars):
+        monkeypatch.setattr(context, "CLIARGS", ImmutableDict(extra_vars=tuple(extra_vars)))
+        monkeypatch.setattr(ansible_vars.load_extra_vars, "extra_vars", None, raising=False)
+    given()
+    return given
 
 
 def real_task_vars(head=None, worker=None, extra_vars=None):
+    """hostvars as Ansible gives them; extra_vars are in every host's variables, as -e puts them (the test gives the
+    same ones to CLIARGS)."""
     tv = task_vars()
     tv["hostvars"]["a-head"].update(head or {})
     tv["hostvars"]["a-worker"].update(worker or {})
     for values in tv["hostvars"].values():
         values.update(extra_vars or {})
     tv["groups"]["dspark"] = list(tv["hostvars"])
-    tv["hostvars"] = FakeHostVars(tv["hostvars"], extra_vars)
+    tv["hostvars"] = FakeHostVars(tv["hostvars"])
     return tv
 
 
@@ -146,7 +163,9 @@ def test_templated_values_are_read_in_their_host_context():
         "a-head: serve_config_dir='etc/serve' is not an absolute path",
     ]),
 ])
-def test_every_role_variable_problem_is_one_line(head, worker, extra, expected):
+def test_every_role_variable_problem_is_one_line(head, worker, extra, expected, cli_args):
+    if extra:
+        cli_args(json.dumps(extra))
     action, dummy = make_action()
     result = action.run(task_vars=real_task_vars(head, worker, extra))
     assert result["failed"] is True
@@ -154,3 +173,31 @@ def test_every_role_variable_problem_is_one_line(head, worker, extra, expected):
     for want, line in zip(expected, sorted(result["errors"])):
         assert line.startswith(want), (want, result["errors"])
         assert ". Fix: " in line
+
+
+@pytest.mark.parametrize("form", ["inline JSON", "key=value", "0600 @file"])
+def test_extra_vars_in_every_form_of_the_command_line_are_named_as_such(form, cli_args, tmp_path):
+    """-e as JSON, as key=value and as a 0600 @file (dspark-fleet passes inline values that way): a problem with a value
+    given there is reported once, for "extra vars (-e)", whatever the form; a host's own value still for the host."""
+    extra = {"checkpoint_source_rank": 5}
+    if form == "0600 @file":
+        path = tmp_path / "extravars"
+        descriptor = os.open(str(path), os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(json.dumps(extra))
+        cli_args("@" + str(path))
+    else:
+        cli_args(json.dumps(extra) if form == "inline JSON" else "checkpoint_source_rank=5")
+    action, dummy = make_action()
+    result = action.run(task_vars=real_task_vars(worker={"fabric_checks": "maybe"}, extra_vars=extra))
+    errors = sorted(result["errors"])
+    assert len(errors) == 2, errors
+    assert errors[0].startswith("a-worker: fabric_checks='maybe' is not a boolean"), errors
+    assert errors[1].startswith("extra vars (-e): checkpoint_source_rank=5 is not a rank of group pair_a"), errors
+
+
+def test_a_variable_that_failed_to_template_is_shown_as_written():
+    from ansible_collections.dspark.cluster.plugins.action.preflight_validate import raw_value
+    assert raw_value({"h": {"x": "{{ y }}"}}, "h", "x") == "{{ y }}"
+    assert raw_value({}, "h", "x") is None
+    assert raw_value(FakeHostVars({"h": {"x": "{{ y }}"}}), "h", "x") == "{{ y }}"
