@@ -18,7 +18,10 @@ author:
   - dspark.cluster contributors (@dspark)
 options:
   _input:
-    description: The role's inputs (C(_fabric_plan_inputs)) with the group model of P(dspark.cluster.group_model#filter).
+    description:
+      - The role's inputs (C(_fabric_plan_inputs)) with the group model of P(dspark.cluster.group_model#filter).
+      - For C(files) and C(apply_script), the values the role decided before (its C(tasks/plan_files.yml) and C(handlers/main.yml)
+        name them).
     type: dict
     required: true
   part:
@@ -27,7 +30,7 @@ options:
     required: true
     choices: [input_problems, links, pre_args, post_interfaces, backend, container, backend_problems, live_differs, rings,
               sysctls_differ, rank_env, ping_peers, bw_links, bandwidth, server_timeout, bw_results, bw_low,
-              check_problems, check_result, report, summary]
+              check_problems, check_result, report, summary, files, apply_script]
   hostvars:
     description: The play's C(hostvars), for what the members published (C(ping_peers), C(bandwidth), C(report)).
     type: raw
@@ -50,7 +53,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _group_model
 
 _PLAIN = ("input_problems", "links", "pre_args", "post_interfaces", "backend", "container", "backend_problems", "live_differs", "rings",
-          "sysctls_differ", "rank_env", "bw_links", "server_timeout", "bw_results", "bw_low", "check_problems", "check_result", "summary")
+          "sysctls_differ", "rank_env", "bw_links", "server_timeout", "bw_results", "bw_low", "check_problems", "check_result", "summary",
+          "files", "apply_script")
 
 
 def _published(hostvars, hosts, name, default=None):

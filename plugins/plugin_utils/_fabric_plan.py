@@ -513,3 +513,96 @@ def summary(inputs):
     line += "".join("; ib_write_bw -> %s %s Gb/s" % (_text(b.get("to")), _text(b.get("gbits_average"))) for b in result.get("bandwidth") or [])
     line += "".join(". WARNING: %s" % _text(w) for w in result.get("warnings") or [])
     return line
+
+
+# --------------------------------------------------------------------------- the files and the handler's script
+# (was Jinja in roles/fabric/tasks/plan_files.yml, its templates and handlers/main.yml). Their inputs are the values the
+# role decided before (backend, in_container, fabric_links, rings, mtu) and the role's file paths, under these keys.
+
+def netplan_lines(inputs):
+    """The ethernets of the netplan file: one block per fabric link, the renderer set per interface."""
+    renderer = inputs.get("netplan_renderer")
+    out = []
+    for link in inputs.get("fabric_links") or []:
+        out += ["    %s:" % link["name"],
+                "      renderer: %s" % renderer,
+                "      dhcp4: false",
+                "      dhcp6: false",
+                "      accept-ra: false",
+                "      link-local: %s" % ("[ipv6]" if _inputs.as_bool(inputs.get("ipv6_link_local")) is True else "[]"),
+                "      mtu: %s" % inputs.get("mtu"),
+                "      addresses: [%s/%s]" % (link["address"], link["prefix"]),
+                "      optional: true"]
+        if renderer == "networkd":
+            out.append("      ignore-carrier: true")
+    return out
+
+
+def sysctl_lines(inputs):
+    """``key = value`` per fabric sysctl, sorted by key without case (Jinja's dictsort)."""
+    return ["%s = %s" % (key, value) for key, value in sorted((inputs.get("sysctls") or {}).items(), key=lambda item: str(item[0]).lower())]
+
+
+def rings_lines(inputs):
+    """The udev rules that set each fabric port's ring sizes when it appears, by its udev NAME and its kernel name."""
+    return ['ACTION=="add", SUBSYSTEM=="net", %s=="%s", RUN+="/usr/sbin/ethtool -G $name rx %s tx %s"' % (key, ring["name"], ring["rx"], ring["tx"])
+            for ring in inputs.get("rings") or [] for key in ("NAME", "KERNEL")]
+
+
+def files(inputs):
+    """The files the role writes on this node: kind, dest, mode, src (the template), and what the template prints
+    (``link`` for a networkd file, ``lines`` for the netplan, sysctl and rings files; netplan's ``validate`` command).
+
+    inputs: backend, in_container, fabric_links, rings (the plan's), mtu, netplan_renderer, ipv6_link_local, sysctls,
+    memlock, and paths (networkd_dir, networkd_prefix, netplan_file, netplan_validate, sysctl_file, rings_rule, limits_file).
+    """
+    paths = inputs["paths"]
+    out = []
+    if not inputs.get("in_container"):
+        if inputs.get("backend") == "networkd":
+            for link in inputs.get("fabric_links") or []:
+                out.append({"kind": "network", "dest": "%s/%s-%s.network" % (paths["networkd_dir"], paths["networkd_prefix"], link["link"]),
+                            "mode": "0644", "src": "fabric.network.j2", "link": link})
+        else:
+            out.append({"kind": "network", "dest": paths["netplan_file"], "mode": "0600", "src": "fabric-netplan.yaml.j2",
+                        "validate": paths["netplan_validate"], "lines": netplan_lines(inputs)})
+        out.append({"kind": "sysctl", "dest": paths["sysctl_file"], "mode": "0644", "src": "sysctl.conf.j2", "lines": sysctl_lines(inputs)})
+        if inputs.get("rings"):
+            out.append({"kind": "rings", "dest": paths["rings_rule"], "mode": "0644", "src": "rings.rules.j2", "lines": rings_lines(inputs)})
+    if str(inputs.get("memlock")):
+        out.append({"kind": "limits", "dest": paths["limits_file"], "mode": "0644", "src": "limits.conf.j2"})
+    return out
+
+
+def apply_script(inputs):
+    """The handler's shell script that applies the fabric addresses to the fabric interfaces only, then waits for them.
+
+    networkd reconfigures just those links, netplan is generated (never ``netplan apply``, which restarts every interface)
+    and NetworkManager brings up just their profiles. inputs: backend, netplan_renderer, fabric_links.
+    """
+    links = inputs.get("fabric_links") or []
+    out = ["set -eu"]
+    if inputs.get("backend") == "netplan":
+        out.append("netplan generate")
+    if inputs.get("backend") == "networkd" or inputs.get("netplan_renderer") == "networkd":
+        out += ["networkctl reload", "networkctl reconfigure %s" % " ".join(str(link["name"]) for link in links)]
+    else:
+        out.append("nmcli connection reload")
+        out += ['nmcli --wait 30 connection up "netplan-%s"' % link["name"] for link in links]
+    out += ["# The addresses come asynchronously; the RoCE v2 GIDs follow them.",
+            "i=0",
+            'while [ "$i" -lt 150 ]; do',
+            "  missing="]
+    for link in links:
+        out += ['  case "$(ip -4 -o addr show dev %s)" in' % link["name"],
+                '    *" %s/%s "*) ;;' % (link["address"], link["prefix"]),
+                '    *) missing="$missing %s" ;;' % link["name"],
+                "  esac"]
+    out += ['  [ -z "$missing" ] && exit 0',
+            "  i=$((i + 1))",
+            "  sleep 0.2",
+            "done",
+            'echo "the fabric address did not appear on:$missing" >&2']
+    out += ["networkctl status %s >&2 2>/dev/null || nmcli device show %s >&2 || true" % (link["name"], link["name"]) for link in links]
+    out.append("exit 1")
+    return "\n".join(out) + "\n"
