@@ -13,7 +13,8 @@ version_added: 0.1.0
 description:
   - The serving groups of the inventory (the C(dspark_group) of each host of group C(dspark)), the heads
     (C(dspark_rank) 0) of the routed groups, and one backend server per routed group that has exactly one head
-    (the head's management address, API port, served model name and API keys).
+    (the head's management address, API port and served model name).
+  - P(dspark.cluster.router_haproxy#filter) turns it into the router's haproxy.cfg.
   - Runs on the controller; reads only the inventory.
 author:
   - dspark.cluster contributors (@dspark)
@@ -32,10 +33,6 @@ options:
     elements: str
   served_model_name:
     description: C(router_served_model_name); empty for each head's C(serve_served_model_name).
-    type: str
-    default: ""
-  api_key:
-    description: C(router_api_key); empty for the first key of the first group that has one.
     type: str
     default: ""
 """
@@ -59,22 +56,19 @@ _value:
       description: Routed group -> its members of dspark_rank 0.
       type: dict
     servers:
-      description: "One per routed group with one head: name, head, address, port, model, keys."
+      description: "One per routed group with one head: name, head, address, port, model."
       type: list
       elements: dict
-    health_key:
-      description: The API key the health check sends (empty for none).
-      type: str
     model:
-      description: The served model name the health check expects.
+      description: The served model name of the routed groups.
       type: str
 """
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _router_plan
 
 
-def router_plan(hostvars, groups, router_groups=None, served_model_name="", api_key=""):
-    return _router_plan.plan(groups, hostvars, router_groups, served_model_name or "", api_key or "")
+def router_plan(hostvars, groups, router_groups=None, served_model_name=""):
+    return _router_plan.plan(groups, hostvars, router_groups, served_model_name or "")
 
 
 class FilterModule:

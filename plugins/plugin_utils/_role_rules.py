@@ -737,7 +737,7 @@ class RouterHost:
         if self._plan is None:
             routed = self["router_groups"]
             self._plan = _router_plan.plan(self.groups, self.hostvars, routed if isinstance(routed, (list, tuple)) else None,
-                                           str(self["router_served_model_name"] or ""), str(self["router_api_key"] or ""))
+                                           str(self["router_served_model_name"] or ""))
         return self._plan
 
 
@@ -746,10 +746,20 @@ _ADDRESS_RE = re.compile(r"^[A-Za-z0-9_.:-]+\Z")
 _LOOPBACK_ADDRESS_RE = re.compile(r"^(127\.|localhost$|::1$|$)")
 _MODEL_RE = re.compile(r"^[A-Za-z0-9_.:/@+-]+\Z")
 _HEADER_RE = re.compile(r"^[A-Za-z0-9-]+\Z")
-_HEALTH_KEY_RE = re.compile(r"^[\x21-\x7e]*\Z")
 ROUTER_PORTS = ("router_port", "router_tls_port", "router_stats_port")
 ROUTER_HEALTH = ("router_health_interval", "router_health_fast_interval", "router_health_timeout", "router_health_fall",
                  "router_health_rise", "router_retries")
+ROUTER_LIMITS = ("router_key_rate_limit", "router_key_concurrency_limit", "router_max_body_bytes")
+# Strings written into haproxy.cfg or the systemd drop-in: each must be one word of a strict shape (no line break, space
+# or quote can start another directive).
+ROUTER_WORDS = {
+    "router_frontend_name": (_router_plan.NAME_RE, "a name", "letters, digits and _ . - only"),
+    "router_backend_name": (_router_plan.NAME_RE, "a name", "letters, digits and _ . - only"),
+    "router_bind_address": (_router_plan.BIND_RE, "an address to bind to", "an IPv4 or IPv6 address, a host name, * or \"\""),
+    "router_admin_socket": (_router_plan.FILE_RE, "an absolute path", "an absolute path of letters, digits and _ . / - only"),
+    "router_state_file": (_router_plan.FILE_RE, "an absolute path", "an absolute path of letters, digits and _ . / - only"),
+    "router_tls_dir": (_router_plan.FILE_RE, "an absolute path", "an absolute path of letters, digits and _ . / - only"),
+}
 
 
 def _tls(router):
@@ -798,7 +808,7 @@ def _router_heads(router):
 
 @rule("router.model", ["router_groups", "router_served_model_name"])
 def _router_model(router):
-    """The routed groups serve one model name, and the health check can match it safely."""
+    """The routed groups serve one model name (one endpoint serves one model), and it is a plain model name."""
     out = []
     servers = router.plan["servers"]
     if len({s["model"] for s in servers}) > 1:
@@ -808,8 +818,7 @@ def _router_model(router):
     model = router.plan["model"]
     if not _MODEL_RE.match(str(model)):
         var = "router_served_model_name" if router["router_served_model_name"] else "serve_served_model_name"
-        out.append((var, model, "has characters the health check cannot match safely",
-                    "letters, digits and _ . : / @ + - only"))
+        out.append((var, model, "is not a plain served model name", "letters, digits and _ . : / @ + - only"))
     return out
 
 
@@ -860,21 +869,64 @@ def _router_group_header(router):
     return [("router_group_header", value, "is not a header name", "letters, digits and - only, or \"\" for none")]
 
 
-@rule("router.health_key", ["router_groups", "router_api_key"])
-def _router_health_key(router):
-    """The health check's key (router_api_key, else the first group key) is printable, without spaces or single quotes,
-    and every routed group with keys accepts it. The key is never shown, only group names."""
-    key = router.plan["health_key"]
-    var = "router_api_key" if router["router_api_key"] else "serve_api_key"
+@rule("router.health_path", ["router_health_path"])
+def _router_health_path(router):
+    """router_health_path is a plain absolute path (safe in haproxy.cfg) outside /v1: the check sends no key, and vLLM
+    asks one for every /v1 path of a group with keys."""
+    value = router["router_health_path"]
+    if not isinstance(value, str) or not _router_plan.PATH_RE.match(value):
+        return [("router_health_path", value, "is not a plain absolute path (letters, digits and _ . - in its segments)",
+                 "use vLLM's /health")]
+    if value == "/v1" or value.startswith("/v1/"):
+        return [("router_health_path", value, "is under /v1: the health check sends no API key, and a group with keys "
+                 "answers 401 there", "use vLLM's /health (no key; 503 once the engine core is dead)")]
+    return []
+
+
+@rule("router.api_key", ["router_api_key"])
+def _router_api_key(router):
+    """router_api_key is retired (issue #26): the health check sends no key, so the router needs none."""
+    if not router["router_api_key"]:
+        return []
+    return [("router_api_key", HIDDEN, "is set, but the router no longer uses it: its health check (GET "
+             "router_health_path, vLLM's /health) sends no API key",
+             "remove router_api_key from the router's inventory (and the key from the router host's vault)")]
+
+
+@rule("router.allowed_paths", ["router_allowed_paths"])
+def _router_allowed_paths(router):
+    """router_allowed_paths is a non-empty list of plain absolute paths (letters, digits and _ . - segments, no empty or
+    dot-only segment, no %, space or quote): each is written into haproxy.cfg and compared byte for byte."""
+    value = router["router_allowed_paths"]
+    if not isinstance(value, (list, tuple)):
+        return []  # the type rule says so
+    if not value:
+        return [("router_allowed_paths", [], "is empty: the router would forward no request",
+                 "list the API paths to forward, e.g. /v1/chat/completions, or leave it unset for the OpenAI API paths")]
+    bad = [path for path in value if not isinstance(path, str) or not _router_plan.PATH_RE.match(path)]
+    if bad:
+        return [("router_allowed_paths", list(value), "holds %s, which %s not a plain absolute path"
+                 % (", ".join(repr(path) for path in bad), "is" if len(bad) == 1 else "are"),
+                 "exact paths such as /v1/chat/completions: segments of letters, digits and _ . -, no //, .., %, "
+                 "space or quote (the request's path must equal an entry byte for byte)")]
+    return []
+
+
+@rule("router.limits", list(ROUTER_LIMITS))
+def _router_limits(router):
+    """The per-key limits and the body bound are whole numbers, at least 0 (0: no limit)."""
+    return _ranges(router, {var: _int_range(0) for var in ROUTER_LIMITS})
+
+
+@rule("router.config_words", list(ROUTER_WORDS))
+def _router_config_words(router):
+    """The names, paths and bind address written into haproxy.cfg and the systemd drop-in are one word each, of a
+    strict shape: no line break, space or quote can add a directive."""
     out = []
-    refused = [s["name"] for s in router.plan["servers"] if s["keys"] and key not in s["keys"]]
-    if refused:
-        out.append((var, HIDDEN, "is the health check's key, and %s refuse%s it: one endpoint needs one key every group accepts"
-                    % (", ".join(refused), "s" if len(refused) == 1 else ""),
-                    "add it to their serve_api_keys, or set router_api_key to a key all groups accept"))
-    if not _HEALTH_KEY_RE.match(str(key)) or "'" in str(key):
-        out.append((var, HIDDEN, "is the health check's key, and it has spaces, quotes or control characters",
-                    "use a printable key without spaces or single quotes"))
-    elif var == "router_api_key" and _inputs.short_key_problem(str(key)):
-        out.append((var, HIDDEN) + _inputs.short_key_problem(str(key)))
+    for var, (pattern, what, fix) in ROUTER_WORDS.items():
+        value = router[var]
+        if value is None:
+            continue
+        if not isinstance(value, str) or not pattern.match(value):
+            out.append((var, value, "is not %s that can be written into haproxy.cfg safely" % what, fix))
     return out

@@ -1,20 +1,64 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to dspark.cluster
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The router's view of the fleet (private; issue #25): the serving groups, their heads and one backend server each.
+"""The router's view of the fleet and its HAProxy configuration (private; issues #25, #26).
 
-The one copy of what roles/router/vars/main.yml computed in Jinja: the filter ``dspark.cluster.router_plan`` hands it
-to the role, and the router's input rules (plugin_utils._role_rules, role ``router``) read the same plan. A group's
-head is its member of dspark_rank 0 (plugin_utils._group_model's integer reading). Pure Python, no Ansible imports:
-``hostvars`` is any mapping of host -> mapping of variables.
+The one copy of what roles/router computed in Jinja: the filters ``dspark.cluster.router_plan``,
+``dspark.cluster.router_haproxy`` and ``dspark.cluster.router_message`` hand it to the role, and the router's input
+rules (plugin_utils._role_rules, role ``router``) read the same plan. A group's head is its member of dspark_rank 0
+(plugin_utils._group_model's integer reading). Pure Python, no Ansible imports: ``hostvars`` is any mapping of
+host -> mapping of variables.
+
+The edge (issue #26, docs/design-router-edge.md): only the paths of ``router_allowed_paths`` reach a head, compared
+byte for byte with the request's path; per-key limits on requests per second and concurrent requests, keyed by the
+SHA-256 of the Authorization header (the client's address without one), never the key itself; a bounded, declared
+request body; and a health check (GET /health) that carries no key.
 """
 
 from __future__ import annotations
+
+import ipaddress
+import re
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model
 
 DEFAULT_MODEL = "deepseek-v4-flash"
 DEFAULT_API_PORT = 8888
+
+# An allowed path: one or more segments of letters, digits and _ . -, no segment of dots only (so no `..`), no `%`,
+# no `//`, no white space or quotes: safe to write into haproxy.cfg, and the request must equal it byte for byte.
+PATH_RE = re.compile(r"^(/(?!\.+(/|$))[A-Za-z0-9_.-]+)+\Z")
+# Values written into haproxy.cfg or the systemd drop-in: names, file paths and the bind address.
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+\Z")
+FILE_RE = re.compile(r"^/[A-Za-z0-9_./-]+\Z")
+BIND_RE = re.compile(r"^[A-Za-z0-9_.:*-]*\Z")
+HEADER_RE = re.compile(r"^[A-Za-z0-9-]*\Z")
+# setting -> the shape its value must have to be written into haproxy.cfg (one word; the input rules say the same).
+WORDS = {
+    "router_frontend_name": NAME_RE, "router_backend_name": NAME_RE, "router_bind_address": BIND_RE,
+    "router_admin_socket": FILE_RE, "router_state_file": FILE_RE, "tls_pem": FILE_RE, "router_group_header": HEADER_RE,
+    "router_health_path": PATH_RE, "router_admin_socket_mode": re.compile(r"^6[06]0\Z"),
+    "router_balance": re.compile(r"^(leastconn|roundrobin|random|first)\Z"),
+}
+_UNSAFE_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+# The stick table of the per-key limits: entries (SHA-256 of a key, or of a client address) kept 60 s after their
+# last request; HAProxy drops the oldest when it is full.
+KEY_TABLE = "type binary len 32 size 100k expire 60s store http_req_rate(1s),conn_cur"
+# A refused request gets a JSON error the way OpenAI's clients read it. Single-quoted in haproxy.cfg: no ' inside.
+_ERRORS = {
+    400: ("invalid_request_error", "one Authorization header at most"),
+    404: ("not_found_error", "not found: this endpoint serves the OpenAI API paths only"),
+    411: ("invalid_request_error", "a request body needs a Content-Length (no chunked bodies)"),
+    413: ("invalid_request_error", "request body larger than %d bytes"),
+    429: ("rate_limit_error", "too many %s for this API key, retry later"),
+}
+TLS_GLOBAL = [
+    "ssl-default-bind-ciphers ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
+    "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305",
+    "ssl-default-bind-ciphersuites TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256",
+    "ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets",
+]
 
 
 def serving_groups(groups, hostvars):
@@ -36,16 +80,9 @@ def heads(router_groups, groups, hostvars):
     return out
 
 
-def api_keys(hvars):
-    """A head's API keys: serve_api_key (when set), then serve_api_keys."""
-    key = _group_model.get(hvars, "serve_api_key", "")
-    keys = _group_model.get(hvars, "serve_api_keys", [])
-    return ([key] if key else []) + list(keys or [])
-
-
 def server(group, head, hvars, served_model_name=""):
     """The backend server of ``group``: its head's management address (dspark_mgmt_address, else ansible_host, else
-    the inventory name), API port, served model name and API keys."""
+    the inventory name), API port and served model name. No API key: the router never needs one (issue #26)."""
     address = _group_model.get(hvars, "dspark_mgmt_address", _group_model.get(hvars, "ansible_host", head))
     port = _group_model.as_int(_group_model.get(hvars, "dspark_api_port", DEFAULT_API_PORT))
     return {
@@ -54,19 +91,225 @@ def server(group, head, hvars, served_model_name=""):
         "address": str(address),
         "port": 0 if port is None else port,
         "model": served_model_name or _group_model.get(hvars, "serve_served_model_name", DEFAULT_MODEL),
-        "keys": api_keys(hvars),
     }
 
 
-def plan(groups, hostvars, router_groups=None, served_model_name="", api_key=""):
+def plan(groups, hostvars, router_groups=None, served_model_name=""):
     """The router's plan: serving_groups, heads (group -> rank-0 members), servers (one per routed group with exactly
-    one head), health_key (api_key, else the first key of the first group that has one) and model (the first
-    server's, else served_model_name or the serve role's default). router_groups None: every serving group."""
+    one head) and model (the first server's, else served_model_name or the serve role's default). router_groups None:
+    every serving group."""
     every = serving_groups(groups, hostvars)
     routed = every if router_groups is None else list(router_groups)
     found = heads(routed, groups, hostvars)
     servers = [server(group, found[group][0], _group_model.host_vars(hostvars, found[group][0]), served_model_name)
                for group in routed if len(found[group]) == 1]
-    health_key = api_key or next((s["keys"][0] for s in servers if s["keys"]), "")
     model = servers[0]["model"] if servers else (served_model_name or DEFAULT_MODEL)
-    return {"serving_groups": every, "heads": found, "servers": servers, "health_key": health_key, "model": model}
+    return {"serving_groups": every, "heads": found, "servers": servers, "model": model}
+
+
+# -- haproxy.cfg -------------------------------------------------------------------------------------------------
+
+def wrap(address):
+    """An address as HAProxy's `server` line takes it before `:port`: an IPv6 address in brackets."""
+    try:
+        return "[%s]" % address if ipaddress.ip_address(address).version == 6 else address
+    except ValueError:
+        return address
+
+
+def _number(settings, name):
+    value = settings[name]
+    if isinstance(value, bool):
+        raise ValueError("%s=%r is not a number" % (name, value))
+    return int(value)
+
+
+def _error(status, detail=None):
+    """`http-request return` arguments of a JSON error answered by the router itself."""
+    kind, message = _ERRORS[status]
+    body = '{"error": {"message": "%s", "type": "%s", "code": %d}}' % (message % detail if detail else message, kind, status)
+    return "return status %d content-type application/json string '%s'" % (status, body)
+
+
+def edge(settings):
+    """The frontend's rules of the edge, in order: paths, Authorization headers, body size, per-key limits."""
+    paths = list(settings["router_allowed_paths"] or [])
+    for path in paths:
+        if not isinstance(path, str) or not PATH_RE.match(path):
+            raise ValueError("router_allowed_paths has %r, which is not a plain absolute path" % (path,))
+    rate, concurrency = _number(settings, "router_key_rate_limit"), _number(settings, "router_key_concurrency_limit")
+    body = _number(settings, "router_max_body_bytes")
+    lines = [
+        "# The OpenAI API only (router_allowed_paths): the request's path must equal one of these byte for byte.",
+        "# HAProxy does not normalise it, so /v1/models/../metrics, //v1/models, /v1/%6Dodels or /v1/models/ equal none",
+        "# and are answered here with 404, never forwarded (vLLM serves /metrics, /tokenize, /docs... without a key).",
+        "acl dspark_api_path path -m str %s" % " ".join(paths) if paths else "acl dspark_api_path always_false",
+        "http-request %s unless dspark_api_path" % _error(404),
+        "# Two Authorization headers could name one key to vLLM and another to the per-key limits.",
+        "http-request %s if { req.fhdr_cnt(authorization) gt 1 }" % _error(400),
+    ]
+    if body > 0:
+        lines += [
+            "# Bodies: a declared length (Content-Length, which HAProxy holds the body to) of at most router_max_body_bytes;",
+            "# a body without one (chunked) could grow past any bound, so it is refused before it is read.",
+            "http-request %s if { req.hdr_val(content-length) gt %d }" % (_error(413, body), body),
+            "http-request %s if { req.hdr(transfer-encoding) -m found } or !{ req.hdr(content-length) -m found } !METH_GET"
+            % _error(411),
+        ]
+    if rate > 0 or concurrency > 0:
+        limit = "hdr Retry-After 1"
+        lines += [
+            "# Per-key limits: one entry per SHA-256 of the Authorization header (the client's address without one), never",
+            "# the key itself; over a limit the router answers 429 with Retry-After.",
+            "stick-table %s" % KEY_TABLE,
+            "http-request track-sc0 req.fhdr(authorization),sha2(256) if { req.fhdr(authorization) -m found }",
+            "http-request track-sc0 src,sha2(256) unless { req.fhdr(authorization) -m found }",
+        ]
+        if rate > 0:
+            lines.append("http-request %s %s if { sc0_http_req_rate gt %d }" % (_error(429, "requests per second"), limit, rate))
+        if concurrency > 0:
+            lines.append("http-request %s %s if { sc0_conn_cur gt %d }" % (_error(429, "concurrent requests"), limit,
+                                                                          concurrency))
+    return lines
+
+
+def haproxy(settings, router_plan):
+    """The sections of haproxy.cfg (global, defaults, frontend, backend, stats), each a list of indented lines.
+
+    ``settings``: the router_* variables the configuration reads (their names as keys), plus ``tls`` (bool) and
+    ``tls_pem`` (the certificate+key file). Raises ValueError on a name, path or address of another shape than WORDS
+    says, and on a line break or control character in any line: the input rules refuse those values first, this keeps
+    a value that got past them out of the file.
+    """
+    for name, pattern in WORDS.items():
+        if name in settings and not (isinstance(settings[name], str) and pattern.match(settings[name])):
+            raise ValueError("%s=%r cannot be written into haproxy.cfg safely" % (name, settings[name]))
+    tls = bool(settings["tls"])
+    port = _number(settings, "router_port")
+    stats_port = _number(settings, "router_stats_port")
+    bind = settings["router_bind_address"]
+    sections = {
+        "global": [
+            "log /dev/log local0",
+            "log /dev/log local1 notice",
+            "chroot /var/lib/haproxy",
+            "# Runtime API: a unix socket only, never TCP. The playbooks drain/enable servers through it.",
+            "stats socket %s mode %s level admin expose-fd listeners" % (settings["router_admin_socket"],
+                                                                          settings["router_admin_socket_mode"]),
+            "stats timeout 30s",
+            "user haproxy",
+            "group haproxy",
+            "maxconn %d" % _number(settings, "router_maxconn"),
+            "# Saved by the reload hook (systemd drop-in) just before each reload, so drained servers stay drained.",
+            "server-state-file %s" % settings["router_state_file"],
+            "# A reload leaves the old process to finish its streams, for at most this long.",
+            "hard-stop-after %ds" % _number(settings, "router_hard_stop_after"),
+        ] + (TLS_GLOBAL if tls else []),
+        "defaults": [
+            "log global",
+            "mode http",
+            "# The request line, status, timings; no request header (no Authorization) is ever captured or logged.",
+            "option httplog",
+            "option dontlognull",
+            "timeout connect %ds" % _number(settings, "router_timeout_connect"),
+            "# Streamed completions: long inactivity timeouts on both sides (a long prefill sends nothing for minutes).",
+            "timeout client %ds" % _number(settings, "router_timeout_client"),
+            "timeout server %ds" % _number(settings, "router_timeout_server"),
+            "timeout http-request %ds" % _number(settings, "router_timeout_http_request"),
+            "timeout http-keep-alive 10s",
+            "timeout queue %ds" % _number(settings, "router_timeout_queue"),
+            "timeout check %ds" % _number(settings, "router_health_timeout"),
+            "load-server-state-from-file global",
+        ],
+        "frontend": ([] if port <= 0 else ["bind %s:%d" % (bind, port)]) + ([
+            "bind %s:%d ssl crt %s alpn h2,http/1.1" % (bind, _number(settings, "router_tls_port"), settings["tls_pem"]),
+            "http-request set-header X-Forwarded-Proto https if { ssl_fc }",
+        ] if tls else []) + ["option forwardfor"] + edge(settings) + ([
+            "# Which serving group answered (the HAProxy server's name).",
+            "http-response set-header %s %%[srv_name]" % settings["router_group_header"],
+        ] if settings["router_group_header"] else []) + ["default_backend %s" % settings["router_backend_name"]],
+        "backend": [
+            "balance %s" % settings["router_balance"],
+            "# vLLM's /health: 200 while the API server and its engine live, 503 once the engine core is dead; the API",
+            "# listens only once every rank has joined. It needs no key, so the check sends none (a captured check cannot",
+            "# serve a completion); it does not prove the served model's name (docs/design-router-edge.md).",
+            "option httpchk",
+            "http-check send meth GET uri %s ver HTTP/1.1 hdr Host dspark-router" % settings["router_health_path"],
+            "http-check expect status 200",
+            "# Retries only where the request never reached a backend. conn-failure: the TCP connection to the",
+            "# server could not be established (refused, timed out), so nothing was sent. Deliberately NOT",
+            "# empty-response, junk-response, response-timeout or 5xx: in those cases the request was sent and the",
+            "# group may have started (or finished) generating it, and a completion must never run twice.",
+            "# A retry goes to another server (redispatch on every retry), so a group that just died costs no request.",
+            "retries %d" % _number(settings, "router_retries"),
+            "retry-on conn-failure",
+            "option redispatch 1",
+            "default-server check inter {i}s fastinter {f}s downinter {i}s fall {fall} rise {rise} observe layer4 error-limit 1 "
+            "on-error fastinter".format(i=_number(settings, "router_health_interval"),
+                                        f=_number(settings, "router_health_fast_interval"),
+                                        fall=_number(settings, "router_health_fall"),
+                                        rise=_number(settings, "router_health_rise")),
+        ],
+        "stats": [] if stats_port <= 0 else [
+            "",
+            "# Read-only stats page, on loopback only.",
+            "frontend stats",
+            "    bind 127.0.0.1:%d" % stats_port,
+            "    stats enable",
+            "    stats uri /",
+            "    stats refresh 5s",
+        ],
+    }
+    for item in router_plan["servers"]:
+        sections["backend"] += ["# group %s: head %s" % (item["name"], item["head"]),
+                                "server %s %s:%d" % (item["name"], wrap(item["address"]), item["port"])]
+    for name in ("global", "defaults", "frontend", "backend"):
+        sections[name] = ["    " + line for line in sections[name]]
+    for name, lines in sections.items():
+        for line in lines:
+            if _UNSAFE_RE.search(line):
+                raise ValueError("the HAProxy configuration's %s section would get a line break or control character: %r"
+                                 % (name, line))
+    return sections
+
+
+# -- what the drain, enable and status playbooks say -----------------------------------------------------------
+
+def others(servers, group):
+    """The servers other than ``group``: 'name status admin', comma-separated, or 'none'."""
+    return ", ".join("%s %s %s" % (s["name"], s["status"], s["admin"]) for s in servers if s["name"] != group) or "none"
+
+
+def status_lines(status, host, backend):
+    """One line per server of a status read, or the line that HAProxy has no such backend."""
+    if not status.get("found"):
+        return ["HAProxy on %s has no backend %s" % (host, backend)]
+    return ["%s: %s, %s, %s, %s open session(s), health changed %ss ago, last check %s %s"
+            % (s["name"], s["status"], s["admin"], "in rotation" if s["in_rotation"] else "OUT of rotation", s["sessions"],
+               s["seconds_since_change"], s["check_status"], s["last_check"]) for s in status.get("servers") or []]
+
+
+def drain_message(result, host, group, check_mode, timeout):
+    """What a drain did."""
+    if check_mode:
+        done = "would be drained (check mode)."
+    elif result["bound_hit"]:
+        done = ("DRAIN BOUND HIT: still %s open session(s) after %s s (router_drain_timeout=%s); it stays drained (no new "
+                "requests), its open requests were not cut." % (result["sessions_left"], result["waited_seconds"], timeout))
+    else:
+        done = "drained: no new requests, open sessions 0 after %s s (%s at the start)." % (result["waited_seconds"],
+                                                                                             result["sessions_at_start"])
+    return "%s on %s: %s" % (group, host, done)
+
+
+def enable_message(result, host, group, check_mode):
+    """What an enable did."""
+    if check_mode:
+        done = "would be put back in rotation once healthy (check mode)."
+    elif result["ok"]:
+        done = "back in rotation (health check passed after %s s)." % result["waited_seconds"]
+    else:
+        server_now = result["server"]
+        done = "NOT back in rotation: %s, last check %s %s." % (server_now["status"], server_now["check_status"],
+                                                                 server_now["last_check"])
+    return "%s on %s: %s" % (group, host, done)

@@ -4,7 +4,8 @@
 #   venv  python3 with venv (the controller's virtual environment)
 #   lab   venv + the Docker engine and CLI (docker.io; docker-cli too where the distribution splits it out,
 #         e.g. Debian 13), debootstrap (the node image), OpenSSH client, rsync
-#   test  lab + git and shellcheck (sanity), make, QEMU (the vmlab scenario)
+#   test  lab + git and shellcheck (sanity), make, QEMU (the vmlab scenario), nftables, HAProxy (the router's
+#         behaviour test, tests/unit/playbooks/test_router_haproxy.py)
 # Only commands are checked, so a provisioned machine does no apt work and this prints nothing. As root, the
 # missing packages are installed with apt-get; otherwise it stops with the exact command to run.
 # Starting dockerd when no engine answers is lab/lab.sh's job, not this script's.
@@ -72,6 +73,8 @@ check() {
   need qemu-utils qemu-img
   # The serve firewall's unit tests apply rulesets in a user + network namespace (skipped without nft).
   need nftables nft
+  # The router's edge is tested against a real HAProxy (skipped without one).
+  need haproxy haproxy
 }
 
 check

@@ -25,9 +25,10 @@ PROVIDES = {
     "qemu-system-x86": ["qemu-system-x86_64"],
     "qemu-utils": ["qemu-img"],
     "nftables": ["nft"],
+    "haproxy": ["haproxy"],
 }
 LAB = ["docker.io", "debootstrap", "openssh-client", "rsync"]
-TEST_ONLY = ["git", "shellcheck", "make", "qemu-system-x86", "qemu-utils", "nftables"]
+TEST_ONLY = ["git", "shellcheck", "make", "qemu-system-x86", "qemu-utils", "nftables", "haproxy"]
 APT_INSTALL = ["apt-get", "install", "-y", "-qq", "--no-install-recommends"]
 
 

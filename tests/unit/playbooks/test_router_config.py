@@ -1,10 +1,13 @@
-"""The router role's computed values and its HAProxy configuration under real Ansible, against what its Jinja computed
-before the group model and the backend servers moved into Python (plugins/filter/router_plan.py).
+"""The router role's computed values and its HAProxy configuration under real Ansible, against recorded fixtures.
 
 Renders the role's defaults, vars and templates/haproxy.cfg.j2 with the venv's ansible-playbook on the controller for
 the router host of the fleet lab (inventories/lab-fleet: an open API), the fleet lab with TLS, a stats page, no plain
-port and a health key, and the real-engine lab (inventories/lab-real: two groups with keys), and compares with
-fixtures/ (recorded with the role's vars of commit b831aa3, before the move). One ansible-playbook run per case.
+port, its own paths and health path and every edge limit off, and the real-engine lab (inventories/lab-real: two groups
+with keys), and compares with fixtures/. One ansible-playbook run per case. The fixtures were first recorded with the
+role's vars of commit b831aa3, before the group model and the backend servers moved into Python (unchanged by that
+move); recorded again for issue #26 (the edge: allowed paths, per-key limits, body bound, a health check without a
+key; the whole configuration written by plugins/plugin_utils/_router_plan.py). test_router_haproxy.py runs
+`haproxy -c` on them.
 
 `python tests/unit/playbooks/test_router_config.py record <roles dir>` records the fixtures from <roles dir>/router.
 Record again only for an intended change, and say which in the commit.
@@ -24,7 +27,9 @@ CASES = {
     "fleet": ["-i", "inventories/lab-fleet/hosts.yml"],
     "fleet_tls": ["-i", "inventories/lab-fleet/hosts.yml", "-e", json.dumps({
         "router_tls_certificate": "CERT", "router_tls_key": "KEY", "router_port": 0, "router_stats_port": 8404,
-        "router_api_key": "k%ey", "router_served_model_name": "m+1", "router_group_header": ""})],
+        "router_served_model_name": "m+1", "router_group_header": "", "router_allowed_paths": ["/v1/chat/completions"],
+        "router_health_path": "/ping", "router_key_rate_limit": 0, "router_key_concurrency_limit": 0,
+        "router_max_body_bytes": 0})],
     "real": ["-i", "inventories/lab-real/hosts.yml"],
 }
 

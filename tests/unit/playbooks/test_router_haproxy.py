@@ -1,0 +1,337 @@
+"""The router's edge (issue #26) against a real HAProxy: the role's templates/haproxy.cfg.j2, rendered from the plan
+(plugins/plugin_utils/_router_plan.py) the way the role renders it, in front of a tiny HTTP backend on 127.0.0.1.
+
+What it proves: an allowed path is forwarded with its Authorization header; /metrics, /health and tricky paths
+(`..`, `//`, encoded dots and slashes, another case, a trailing slash, absolute form) get 404 from the router and never
+reach the backend; the (N+1)-th request within a second for one key gets 429 with Retry-After while another key still
+passes, and so does a client without a key (keyed by its address); a second concurrent request of a key at a limit of 1
+gets 429; a body over the bound gets 413 and a chunked one 411; two Authorization headers get 400; the health check
+asks GET /health without any Authorization header and marks the server up; the log names no key. And `haproxy -c`
+accepts the production configurations that test_router_config.py renders under real Ansible (router_plan/fixtures/).
+
+For the test process only (unprivileged, no syslog), three kinds of global lines are changed: `chroot`, `user` and
+`group` are dropped, and the two `log /dev/log` lines become one `log stdout` (so the test reads the log). Everything
+else is the role's output; the admin socket, state file and ports come from the role's variables, set under tmp_path.
+
+Skipped only when no `haproxy` binary is installed (tests/ci/prereqs.sh test installs it; Debian 12 ships 2.6, the
+lab's router nodes Debian 13's 3.0).
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import jinja2
+import pytest
+import yaml
+
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _router_plan
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROLE = os.path.join(ROOT, "roles", "router")
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "router_plan", "fixtures")
+HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin:/sbin")
+pytestmark = pytest.mark.skipif(HAPROXY is None, reason="no haproxy binary (apt-get install haproxy; "
+                                                       "tests/ci/prereqs.sh test installs it)")
+
+RATE, CONCURRENCY, BODY = 3, 1, 1000
+KEY = "sentinel-key-%s-0123456789abcdef"
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def render(settings, servers):
+    """haproxy.cfg as the role writes it: its template, printing the sections of the plan."""
+    with open(os.path.join(ROLE, "templates", "haproxy.cfg.j2"), encoding="utf-8") as handle:
+        template = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True,
+                                      keep_trailing_newline=True).from_string(handle.read())
+    return template.render(ansible_managed="MANAGED", router_frontend_name=settings["router_frontend_name"],
+                           router_backend_name=settings["router_backend_name"],
+                           _router_haproxy=_router_plan.haproxy(settings, {"servers": servers}))
+
+
+def role_defaults(**overrides):
+    with open(os.path.join(ROLE, "defaults", "main.yml"), encoding="utf-8") as handle:
+        settings = yaml.safe_load(handle)
+    settings.update(tls=False, tls_pem="/nonexistent/router.pem")
+    settings.update(overrides)
+    return settings
+
+
+def for_the_test_process(config, log):
+    """The only changes: no chroot/user/group (unprivileged), the log to stdout instead of /dev/log."""
+    out = []
+    for line in config.splitlines():
+        word = line.split()[0] if line.strip() else ""
+        if line.startswith("    ") and word in ("chroot", "user", "group"):
+            continue
+        if line.startswith("    log /dev/log"):
+            if log:
+                out.append("    log stdout format raw local0")
+                log = False
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+class Backend:
+    """A head's API stand-in: records every request (method, path, headers by lower-case name: HAProxy sends them so);
+    /health answers 200; a request with X-Test-Hold waits until released."""
+
+    def __init__(self):
+        self.seen = []
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+        backend = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def answer(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                backend.seen.append({"method": self.command, "path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
+                                     "body": len(body)})
+                if self.headers.get("X-Test-Hold"):
+                    backend.arrived.set()
+                    backend.release.wait(10)
+                data = b"" if self.path == "/health" else json.dumps({"object": "list", "data": []}).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    pass  # HAProxy may close a health check's connection once it has the status
+
+            do_GET = do_POST = answer
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):
+                pass  # HAProxy resets a health check's connection once it has the status
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def client_requests(self):
+        return [r for r in self.seen if "x-test-client" in r["headers"]]
+
+
+def send(port, request, timeout=5):
+    """One raw HTTP/1.1 exchange: (status, headers, body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request)
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, dummy, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, dummy, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(lines[0].split()[1]), headers, body
+
+
+def request(port, path, method="GET", key=None, headers=(), body=b""):
+    lines = ["%s %s HTTP/1.1" % (method, path), "Host: router", "Connection: close", "X-Test-Client: 1"]
+    if key is not None:
+        lines.append("Authorization: Bearer " + key)
+    lines += list(headers)
+    if body and not any(h.lower().startswith(("content-length", "transfer-encoding")) for h in headers):
+        lines.append("Content-Length: %d" % len(body))
+    return send(port, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+
+
+def admin(sock_path, command):
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(5)
+        sock.connect(sock_path)
+        sock.sendall(command.encode() + b"\n")
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return data.decode()
+            data += chunk
+
+
+def server_state(sock_path, backend_name, server):
+    lines = admin(sock_path, "show stat").splitlines()
+    names = lines[0].lstrip("# ").split(",")
+    for line in lines[1:]:
+        row = dict(zip(names, line.split(",")))
+        if row.get("pxname") == backend_name and row.get("svname") == server:
+            return row
+    return None
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory):
+    work = tmp_path_factory.mktemp("router")
+    backend = Backend()
+    port = free_port()
+    settings = role_defaults(router_port=port, router_bind_address="127.0.0.1",
+                             router_admin_socket=str(work / "admin.sock"), router_state_file=str(work / "server-state"),
+                             router_key_rate_limit=RATE, router_key_concurrency_limit=CONCURRENCY,
+                             router_max_body_bytes=BODY, router_health_interval=1, router_health_fast_interval=1,
+                             router_health_rise=1, router_hard_stop_after=5)
+    config = for_the_test_process(render(settings, [{"name": "pair_a", "head": "a0", "address": "127.0.0.1",
+                                                     "port": backend.port}]), log=True)
+    (work / "haproxy.cfg").write_text(config)
+    log = open(work / "haproxy.log", "w", encoding="utf-8")
+    proc = subprocess.Popen([HAPROXY, "-f", str(work / "haproxy.cfg"), "-db"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 10
+        state = None
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (work / "haproxy.log").read_text()
+            if os.path.exists(settings["router_admin_socket"]):
+                state = server_state(settings["router_admin_socket"], settings["router_backend_name"], "pair_a")
+                if state and state["check_status"] == "L7OK" and state["status"] == "UP":
+                    break
+            time.sleep(0.1)
+        yield {"port": port, "backend": backend, "settings": settings, "state": state, "log": work / "haproxy.log",
+               "config": config}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+        backend.release.set()
+        backend.server.shutdown()
+
+
+def test_the_health_check_asks_health_without_a_key_and_marks_the_server_up(router):
+    assert router["state"] is not None and router["state"]["status"] == "UP", router["state"]
+    assert router["state"]["check_status"] == "L7OK", router["state"]
+    checks = [r for r in router["backend"].seen if "x-test-client" not in r["headers"]]
+    assert checks and all(r["method"] == "GET" and r["path"] == "/health" for r in checks), checks
+    assert not any("authorization" in r["headers"] for r in checks), checks
+    assert "hdr Authorization" not in router["config"] and "Bearer" not in router["config"]
+
+
+def test_an_allowed_path_is_forwarded_with_its_key(router):
+    status, headers, body = request(router["port"], "/v1/models?limit=1", key=KEY % "fwd")
+    assert status == 200 and headers.get("x-dspark-group") == "pair_a" and json.loads(body)["object"] == "list"
+    seen = router["backend"].client_requests()[-1]
+    assert seen["path"] == "/v1/models?limit=1" and seen["headers"]["authorization"] == "Bearer " + KEY % "fwd"
+    status, dummy, dummy = request(router["port"], "/v1/chat/completions", "POST", KEY % "fwd",
+                                   ["Content-Type: application/json"], b"{}")
+    assert status == 200 and router["backend"].client_requests()[-1]["path"] == "/v1/chat/completions"
+
+
+@pytest.mark.parametrize("path", [
+    "/metrics", "/load", "/tokenize", "/detokenize", "/invocations", "/docs", "/openapi.json", "/health", "/ping",
+    "/version", "/", "/v1", "/v1/", "/v1/models/", "/V1/models", "/v1/models/deepseek-v4-flash", "/v1/models/../metrics",
+    "/v1/chat/completions/../../metrics", "//v1/models", "/v1//models", "/v1/%6dodels", "/v1/models%2F..%2Fmetrics",
+    "/v1/models/%2e%2e/metrics", "/v1/models/%2E%2E/%2E%2E/metrics", "/v1/models;/../metrics", "/./v1/models",
+    "http://router/metrics", "http://router/v1/models/../metrics",
+])
+def test_other_paths_get_404_from_the_router_and_never_reach_a_head(router, path):
+    before = len(router["backend"].client_requests())
+    status, headers, body = request(router["port"], path, key=KEY % "paths")
+    assert status == 404 and headers.get("content-type") == "application/json", (path, status, body)
+    assert json.loads(body)["error"]["code"] == 404 and "x-dspark-group" not in headers
+    assert len(router["backend"].client_requests()) == before, router["backend"].client_requests()[before:]
+
+
+def test_over_the_rate_a_key_gets_429_with_retry_after_and_another_key_passes(router):
+    statuses = [request(router["port"], "/v1/models", key=KEY % "rate")[0] for dummy in range(RATE)]
+    status, headers, body = request(router["port"], "/v1/models", key=KEY % "rate")
+    other = request(router["port"], "/v1/models", key=KEY % "other")[0]
+    assert statuses == [200] * RATE and (status, other) == (429, 200), (statuses, status, other)
+    assert headers.get("retry-after") == "1" and json.loads(body)["error"]["type"] == "rate_limit_error"
+
+
+def test_without_a_key_the_client_address_is_limited(router):
+    statuses = [request(router["port"], "/v1/models")[0] for dummy in range(RATE + 1)]
+    assert statuses == [200] * RATE + [429], statuses
+
+
+def test_over_the_concurrency_a_key_gets_429(router):
+    backend = router["backend"]
+    backend.arrived.clear()
+    backend.release.clear()
+    held = {}
+    thread = threading.Thread(target=lambda: held.update(status=request(
+        router["port"], "/v1/chat/completions", "POST", KEY % "conc", ["X-Test-Hold: 1"], b"{}")[0]))
+    thread.start()
+    try:
+        assert backend.arrived.wait(5)
+        status, headers, body = request(router["port"], "/v1/models", key=KEY % "conc")
+        assert status == 429 and headers.get("retry-after") == "1" and b"concurrent" in body
+        assert request(router["port"], "/v1/models", key=KEY % "conc-other")[0] == 200
+    finally:
+        backend.release.set()
+        thread.join(10)
+    assert held.get("status") == 200
+    assert request(router["port"], "/v1/models", key=KEY % "conc")[0] == 200   # released with the stream
+
+
+def test_bodies_over_the_bound_or_without_a_length_are_refused(router):
+    before = len(router["backend"].client_requests())
+    status, dummy, body = request(router["port"], "/v1/chat/completions", "POST", KEY % "body",
+                                  ["Content-Length: %d" % (BODY + 1)])
+    assert status == 413 and b"larger than 1000 bytes" in body
+    chunk = b"2\r\n{}\r\n0\r\n\r\n"
+    status, dummy, dummy = request(router["port"], "/v1/chat/completions", "POST", KEY % "body",
+                                   ["Transfer-Encoding: chunked"], chunk)
+    assert status == 411
+    status, dummy, dummy = request(router["port"], "/v1/chat/completions", "POST", KEY % "body")
+    assert status == 411                                                        # a POST without a length
+    assert len(router["backend"].client_requests()) == before
+    status, dummy, dummy = request(router["port"], "/v1/embeddings", "POST", KEY % "body2", (), b"x" * BODY)
+    assert status == 200 and router["backend"].client_requests()[-1]["body"] == BODY
+
+
+def test_two_authorization_headers_are_refused(router):
+    status, dummy, dummy = request(router["port"], "/v1/models", key=KEY % "one", headers=["Authorization: Bearer x"])
+    assert status == 400
+
+
+def test_no_key_is_logged(router):
+    request(router["port"], "/v1/models", key=KEY % "log")
+    time.sleep(0.2)
+    log = router["log"].read_text()
+    assert "GET /v1/models" in log and "GET /metrics" in log, log[-2000:]
+    assert "sentinel" not in log and "Bearer" not in log
+
+
+@pytest.mark.parametrize("case", ["fleet", "real", "fleet_tls"])
+def test_haproxy_accepts_the_production_configuration(case, tmp_path):
+    """The configurations test_router_config.py renders under real Ansible, as the role writes them."""
+    with open(os.path.join(FIXTURES, case + ".json"), encoding="utf-8") as handle:
+        config = next(iter(json.load(handle).values()))["haproxy_cfg"]
+    if "ssl crt " in config:
+        if shutil.which("openssl") is None:
+            pytest.skip("no openssl to make a certificate for the TLS case")
+        pem = tmp_path / "router.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", str(pem), "-out", str(tmp_path / "cert.pem"), "-days", "1", "-subj", "/CN=router"],
+                       capture_output=True, check=True, timeout=30)
+        pem.write_text((tmp_path / "cert.pem").read_text() + pem.read_text())
+        config = config.replace("/etc/haproxy/dspark-tls/router.pem", str(pem))
+    (tmp_path / "haproxy.cfg").write_text(config)
+    check = subprocess.run([HAPROXY, "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True,
+                           timeout=30, check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "ALERT" not in check.stdout + check.stderr
