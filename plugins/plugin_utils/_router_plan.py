@@ -168,8 +168,8 @@ def edge(settings):
         if rate > 0:
             lines.append("http-request %s %s if { sc0_http_req_rate gt %d }" % (_error(429, "requests per second"), limit, rate))
         if concurrency > 0:
-            lines.append("http-request %s %s if { sc0_conn_cur gt %d }" % (_error(429, "concurrent requests"), limit,
-                                                                          concurrency))
+            lines.append("http-request %s %s if { sc0_conn_cur gt %d }"
+                         % (_error(429, "concurrent requests"), limit, concurrency))
     return lines
 
 
@@ -194,8 +194,8 @@ def haproxy(settings, router_plan):
             "log /dev/log local1 notice",
             "chroot /var/lib/haproxy",
             "# Runtime API: a unix socket only, never TCP. The playbooks drain/enable servers through it.",
-            "stats socket %s mode %s level admin expose-fd listeners" % (settings["router_admin_socket"],
-                                                                          settings["router_admin_socket_mode"]),
+            "stats socket %s mode %s level admin expose-fd listeners"
+            % (settings["router_admin_socket"], settings["router_admin_socket_mode"]),
             "stats timeout 30s",
             "user haproxy",
             "group haproxy",
@@ -297,8 +297,8 @@ def drain_message(result, host, group, check_mode, timeout):
         done = ("DRAIN BOUND HIT: still %s open session(s) after %s s (router_drain_timeout=%s); it stays drained (no new "
                 "requests), its open requests were not cut." % (result["sessions_left"], result["waited_seconds"], timeout))
     else:
-        done = "drained: no new requests, open sessions 0 after %s s (%s at the start)." % (result["waited_seconds"],
-                                                                                             result["sessions_at_start"])
+        done = "drained: no new requests, open sessions 0 after %s s (%s at the start)." % (
+            result["waited_seconds"], result["sessions_at_start"])
     return "%s on %s: %s" % (group, host, done)
 
 
@@ -310,6 +310,6 @@ def enable_message(result, host, group, check_mode):
         done = "back in rotation (health check passed after %s s)." % result["waited_seconds"]
     else:
         server_now = result["server"]
-        done = "NOT back in rotation: %s, last check %s %s." % (server_now["status"], server_now["check_status"],
-                                                                 server_now["last_check"])
+        done = "NOT back in rotation: %s, last check %s %s." % (
+            server_now["status"], server_now["check_status"], server_now["last_check"])
     return "%s on %s: %s" % (group, host, done)

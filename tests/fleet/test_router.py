@@ -4,7 +4,8 @@ Needs the fleet lab up and converged with its router (make lab-fleet; ansible-pl
 inventories/lab-fleet/hosts.yml site.yml). Skipped otherwise with the reason, unless DSPARK_LAB_REQUIRED=1
 makes that a failure. Every test leaves every group in rotation. Run: make routertest (about 10-15 min on 2 cores).
 
-- the role converges idempotently, check mode changes nothing and an API key never appears in the output;
+- the role converges idempotently and check mode changes nothing; the health check asks /health without a key, the
+  router answers other paths itself (404), and a retired router_api_key stops the run without showing it;
 - optional TLS from a certificate and key (key file 0600, never shown), then removed again;
 - the drain refuses to take out the last group in rotation, says so when its bound is hit, and rejects
   unknown groups; status reads every server;
@@ -75,14 +76,14 @@ def test_role_is_idempotent_and_check_mode_changes_nothing():
     assert check.changed(lab.ROUTER) == 0, check.tail()
 
 
-def test_config_is_root_only_and_the_socket_local():
+def test_config_holds_no_secret_and_the_socket_is_local():
     out = subprocess.run(["docker", "exec", lab.ROUTER, "sh", "-c",
                           "stat -c '%a %U %G' /etc/haproxy/haproxy.cfg /run/haproxy/admin.sock; "
                           "haproxy -c -q -f /etc/haproxy/haproxy.cfg && echo valid; "
                           "grep -E '^ *(stats socket|bind|retry-on|option redispatch|timeout (client|server))' "
                           "/etc/haproxy/haproxy.cfg"],
                          capture_output=True, text=True, timeout=30, check=True).stdout.splitlines()
-    assert out[0] == "600 root root" and out[1].startswith("600 root ")
+    assert out[0] == "644 root root" and out[1].startswith("600 root ")
     assert out[2] == "valid"
     config = "\n".join(out[3:])
     assert "stats socket /run/haproxy/admin.sock mode 600 level admin" in config
@@ -91,29 +92,21 @@ def test_config_is_root_only_and_the_socket_local():
     assert "timeout client 1800s" in config and "timeout server 1800s" in config
 
 
-def test_api_key_is_never_shown_and_goes_into_the_health_check():
-    """With a key, the config changes (check mode: nothing written) and the key appears nowhere in the output."""
-    run = lab.playbook("router.yml", "--check", "--diff", "-v", "-e", "router_api_key=" + SECRET)
-    assert_ok(run, "router.yml --check with a key")
+def test_the_health_check_sends_no_key_and_other_paths_stay_at_the_router():
+    """Issue #26: GET /health without Authorization; /metrics is answered 404 by the router; router_api_key is retired."""
+    on_disk = subprocess.run(["docker", "exec", lab.ROUTER, "grep", "-c", "-e", "Authorization '", "-e", "uri /health ",
+                              "/etc/haproxy/haproxy.cfg"], capture_output=True, text=True, timeout=30, check=False)
+    assert on_disk.stdout.strip() == "1"                                # the check line, without a key
+    servers, waited = lab.wait_router(lambda s: all(x["check_status"] == "L7OK" and x["in_rotation"]
+                                                    for x in s.values()), 30)
+    assert waited is not None, servers
+    for path in ("/metrics", "/v1/models/../metrics", "/health"):
+        status = subprocess.run(["curl", "-s", "--path-as-is", "-o", "/dev/null", "-w", "%{http_code}",
+                                 lab.ROUTER_URL + path], capture_output=True, text=True, timeout=30, check=False)
+        assert status.stdout == "404", (path, status.stdout)
+    run = lab.playbook("router.yml", "-v", "-e", "router_api_key=" + SECRET)
+    assert run.rc != 0 and "router_api_key=<not shown: secret> is set, but the router no longer uses it" in run.out
     assert SECRET not in run.out
-    assert run.changed(lab.ROUTER) >= 1, run.tail()
-    on_disk = subprocess.run(["docker", "exec", lab.ROUTER, "grep", "-c", "Authorization", "/etc/haproxy/haproxy.cfg"],
-                             capture_output=True, text=True, timeout=30, check=False)
-    assert on_disk.stdout.strip() == "0"                                # check mode wrote nothing
-    # For real: the health check sends it (the lab's groups have no key, so they accept any), nothing shows it.
-    try:
-        run = lab.playbook("router.yml", "--diff", "-v", "-e", "router_api_key=" + SECRET)
-        assert_ok(run, "router.yml with a key")
-        assert SECRET not in run.out
-        on_disk = subprocess.run(["docker", "exec", lab.ROUTER, "sh", "-c",
-                                  "grep -c \"hdr Authorization 'Bearer %s'\" /etc/haproxy/haproxy.cfg" % SECRET],
-                                 capture_output=True, text=True, timeout=30, check=False)
-        assert on_disk.stdout.strip() == "1"
-        servers, waited = lab.wait_router(lambda s: all(x["check_status"] == "L7OK" and x["in_rotation"]
-                                                        for x in s.values()), 30)
-        assert waited is not None, servers
-    finally:
-        assert_ok(lab.playbook("router.yml"), "router.yml without the key")
 
 
 def test_tls_from_certificate_and_key(tmp_path, all_back):

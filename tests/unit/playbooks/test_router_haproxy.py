@@ -17,6 +17,7 @@ Skipped only when no `haproxy` binary is installed (tests/ci/prereqs.sh test ins
 lab's router nodes Debian 13's 3.0).
 """
 
+import http.client
 import json
 import os
 import shutil
@@ -36,8 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 ROLE = os.path.join(ROOT, "roles", "router")
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "router_plan", "fixtures")
 HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin:/sbin")
-pytestmark = pytest.mark.skipif(HAPROXY is None, reason="no haproxy binary (apt-get install haproxy; "
-                                                       "tests/ci/prereqs.sh test installs it)")
+pytestmark = pytest.mark.skipif(
+    HAPROXY is None, reason="no haproxy binary (apt-get install haproxy; tests/ci/prereqs.sh test installs it)")
 
 RATE, CONCURRENCY, BODY = 3, 1, 1000
 KEY = "sentinel-key-%s-0123456789abcdef"
@@ -284,7 +285,23 @@ def test_over_the_concurrency_a_key_gets_429(router):
         backend.release.set()
         thread.join(10)
     assert held.get("status") == 200
+    time.sleep(0.3)                                                             # HAProxy ends the stream after its answer
     assert request(router["port"], "/v1/models", key=KEY % "conc")[0] == 200   # released with the stream
+
+
+def test_requests_one_after_another_on_a_kept_alive_connection_are_not_concurrent(router):
+    """The concurrency is of requests (streams), not of connections: at a limit of 1, one connection serves two."""
+    conn = http.client.HTTPConnection("127.0.0.1", router["port"], timeout=5)
+    try:
+        statuses = []
+        for dummy in range(2):
+            conn.request("GET", "/v1/models", headers={"Authorization": "Bearer " + KEY % "keepalive", "X-Test-Client": "1"})
+            response = conn.getresponse()
+            response.read()
+            statuses.append(response.status)
+    finally:
+        conn.close()
+    assert statuses == [200, 200]
 
 
 def test_bodies_over_the_bound_or_without_a_length_are_refused(router):
