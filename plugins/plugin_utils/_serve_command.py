@@ -102,3 +102,80 @@ def command(values, group):
     if not group.get("is_head"):
         argv += ["--headless"]
     return argv + list(extra)
+
+
+# --------------------------------------------------------------------------- the compose file (was Jinja in
+# roles/serve/templates/compose.yaml.j2; the template prints these lines under its header).
+# The inputs of compose_lines, by name (the role's roles/serve/vars/main.yml _serve_compose_lines gathers them).
+COMPOSE_VALUES = (
+    "project", "container_name", "image_id", "entrypoint", "argv", "shm_size", "stop_grace_period", "group", "rank",
+    "hash", "environment", "hf_cache", "cache_read_only", "jit_cache_dir", "hotfix_dir", "keys_file", "ulimits",
+    "infiniband", "gpu",
+)
+
+
+def compose_scalar(value):
+    """One value of the compose file: its text with `$` doubled (compose would otherwise substitute the shell's variables
+    itself) as a JSON string, valid YAML: a newline, quote or colon in a value cannot add keys."""
+    return to_json(str(value).replace("$", "$$"))
+
+
+def _compose_list(values):
+    return to_json([str(value).replace("$", "$$") for value in values])
+
+
+def compose_lines(values):
+    """The compose file of one rank from ``name:`` on, one line each; ``values`` maps COMPOSE_VALUES to the rank's values
+    (``hotfix_dir`` and ``keys_file`` empty when the rank mounts no hotfixes and no keys file)."""
+    missing = [name for name in COMPOSE_VALUES if name not in values]
+    if missing:
+        raise CommandError("serve compose file: %s not given. Fix: pass every value of _serve_command.COMPOSE_VALUES" % ", ".join(missing))
+    v = values
+    environment = {str(key): str(value).replace("$", "$$") for key, value in (v["environment"] or {}).items()}
+    out = [
+        "name: %s" % compose_scalar(v["project"]),
+        "services:",
+        "  vllm:",
+        "    container_name: %s" % compose_scalar(v["container_name"]),
+        "    image: %s" % compose_scalar(v["image_id"]),
+        "    pull_policy: never",
+        '    # "$@" is the command below, quoted: nothing is word-split, and no secret is on it.',
+        "    entrypoint: %s" % _compose_list(v["entrypoint"]),
+        "    command: %s" % _compose_list(v["argv"]),
+        "    network_mode: host",
+        "    ipc: host",
+        "    shm_size: %s" % compose_scalar(v["shm_size"]),
+        "    # Never restart a rank alone (after a crash or a reboot): the group restarts as one unit (playbooks/serve.yml,",
+        "    # dspark-fleet watch). A lone rank cannot rejoin the rendezvous and loops (upstream issue #38).",
+        '    restart: "no"',
+        "    stop_grace_period: %s" % compose_scalar(v["stop_grace_period"]),
+        "    labels:",
+        "      dspark.cluster/group: %s" % compose_scalar(v["group"]),
+        "      dspark.cluster/rank: %s" % compose_scalar(v["rank"]),
+        "      dspark.cluster/config: %s" % compose_scalar(v["hash"]),
+        "    # The API keys (rank 0 only): VLLM_API_KEY from the 0600 file next to this one.",
+        "    env_file: [secrets.env]",
+        "    environment: %s" % to_json(environment),
+        "    volumes:",
+        "      # Read-only where the cache is a read-only mount (the NFS mode's clients); JIT caches stay local.",
+        "      - %s" % compose_scalar("%s:/cache/huggingface%s" % (v["hf_cache"], ":ro" if v["cache_read_only"] else "")),
+        "      - %s" % compose_scalar("%s:/cache/jit" % v["jit_cache_dir"]),
+    ]
+    if v["hotfix_dir"]:
+        out += ["      # The recipe's hotfixes and the script that runs them before vLLM (upstream order, fail-closed), read-only.",
+                "      - %s" % compose_scalar("%s/patches:/opt/dspark-patches:ro" % v["hotfix_dir"]),
+                "      - %s" % compose_scalar("%s:/opt/dspark-serve:ro" % v["hotfix_dir"])]
+    if v["keys_file"]:
+        out += ["      # Several API keys: the 0600 YAML file vLLM reads with --config (rank 0 only), read-only.",
+                "      - %s" % compose_scalar("%s:ro" % v["keys_file"])]
+    if v["ulimits"]:
+        out.append("    ulimits: %s" % to_json(v["ulimits"]))
+    if v["infiniband"]:
+        out += ['    devices: ["/dev/infiniband:/dev/infiniband"]',
+                "    cap_add: [IPC_LOCK]"]
+    if v["gpu"]:
+        out += ["    deploy:",
+                "      resources:",
+                "        reservations:",
+                "          devices: [{driver: nvidia, count: all, capabilities: [gpu]}]"]
+    return out

@@ -1,0 +1,92 @@
+"""Table-driven tests of the serve role's compose file lines (plugins/plugin_utils/_serve_command.py compose_lines, the
+filter dspark.cluster.serve_compose; was Jinja in roles/serve/templates/compose.yaml.j2).
+
+The lines are what the template's Jinja rendered for the same values before the move (compared for every combination of
+the optional parts, and under real Ansible on tests/templates/render.yml's cases); tests/unit/playbooks/test_templates.py
+parses the rendered files with hostile values.
+"""
+
+import json
+
+import pytest
+import yaml
+
+from ansible_collections.dspark.cluster.plugins.filter.serve_compose import serve_compose
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_command as sc
+
+BASE = {"project": "dspark", "container_name": "dspark-vllm", "image_id": "sha256:" + "0" * 64,
+        "entrypoint": ["/bin/sh", "-c", 'exec "$@"', "dspark-serve"], "argv": ["vllm", "serve", "m", "--port", 8888],
+        "shm_size": "64g", "stop_grace_period": "30s", "group": "pair_a", "rank": 0, "hash": "f" * 64,
+        "environment": {"NCCL_SOCKET_IFNAME": "eth1", "TP": 2}, "hf_cache": "/var/lib/dspark/hf", "cache_read_only": False,
+        "jit_cache_dir": "/var/lib/dspark/jit-cache", "hotfix_dir": "", "keys_file": "", "ulimits": {}, "infiniband": False, "gpu": False}
+HEAD = [
+    'name: "dspark"', "services:", "  vllm:", '    container_name: "dspark-vllm"', '    image: "sha256:%s"' % ("0" * 64),
+    "    pull_policy: never", '    # "$@" is the command below, quoted: nothing is word-split, and no secret is on it.',
+    '    entrypoint: ["/bin/sh", "-c", "exec \\"$$@\\"", "dspark-serve"]', '    command: ["vllm", "serve", "m", "--port", "8888"]',
+    "    network_mode: host", "    ipc: host", '    shm_size: "64g"',
+    "    # Never restart a rank alone (after a crash or a reboot): the group restarts as one unit (playbooks/serve.yml,",
+    "    # dspark-fleet watch). A lone rank cannot rejoin the rendezvous and loops (upstream issue #38).",
+    '    restart: "no"', '    stop_grace_period: "30s"', "    labels:", '      dspark.cluster/group: "pair_a"',
+    '      dspark.cluster/rank: "0"', '      dspark.cluster/config: "%s"' % ("f" * 64),
+    "    # The API keys (rank 0 only): VLLM_API_KEY from the 0600 file next to this one.", "    env_file: [secrets.env]",
+    '    environment: {"NCCL_SOCKET_IFNAME": "eth1", "TP": "2"}', "    volumes:",
+    "      # Read-only where the cache is a read-only mount (the NFS mode's clients); JIT caches stay local.",
+    '      - "/var/lib/dspark/hf:/cache/huggingface"', '      - "/var/lib/dspark/jit-cache:/cache/jit"']
+HOTFIX = ["      # The recipe's hotfixes and the script that runs them before vLLM (upstream order, fail-closed), read-only.",
+          '      - "/var/lib/dspark/hotfixes/0123/patches:/opt/dspark-patches:ro"',
+          '      - "/var/lib/dspark/hotfixes/0123:/opt/dspark-serve:ro"']
+KEYS = ["      # Several API keys: the 0600 YAML file vLLM reads with --config (rank 0 only), read-only.",
+        '      - "/etc/dspark/serve/api-keys.yaml:/opt/dspark-keys/api-keys.yaml:ro"']
+ULIMITS = ['    ulimits: {"memlock": -1, "stack": 67108864}']
+IB = ['    devices: ["/dev/infiniband:/dev/infiniband"]', "    cap_add: [IPC_LOCK]"]
+GPU = ["    deploy:", "      resources:", "        reservations:", "          devices: [{driver: nvidia, count: all, capabilities: [gpu]}]"]
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({}, HEAD),
+    ({"cache_read_only": True}, [line.replace("huggingface", "huggingface:ro") for line in HEAD]),
+    ({"hotfix_dir": "/var/lib/dspark/hotfixes/0123"}, HEAD + HOTFIX),
+    ({"keys_file": "/etc/dspark/serve/api-keys.yaml:/opt/dspark-keys/api-keys.yaml"}, HEAD + KEYS),
+    ({"ulimits": {"memlock": -1, "stack": 67108864}}, HEAD + ULIMITS),
+    ({"infiniband": True}, HEAD + IB),
+    ({"gpu": True}, HEAD + GPU),
+    ({"hotfix_dir": "/var/lib/dspark/hotfixes/0123", "keys_file": "/etc/dspark/serve/api-keys.yaml:/opt/dspark-keys/api-keys.yaml",
+      "ulimits": {"memlock": -1, "stack": 67108864}, "infiniband": True, "gpu": True}, HEAD + HOTFIX + KEYS + ULIMITS + IB + GPU),
+])
+def test_compose_lines(overrides, expected):
+    values = dict(BASE, **overrides)
+    assert sc.compose_lines(values) == expected
+    assert serve_compose(values) == expected
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("plain", '"plain"'),
+    ("$HOME ${PATH}", '"$$HOME $${PATH}"'),
+    ("x\n    privileged: true", '"x\\n    privileged: true"'),
+    ('a"b', '"a\\"b"'),
+    ("é", '"\\u00e9"'),
+    (0, '"0"'),
+    (None, '"None"'),
+])
+def test_compose_scalar_is_one_json_string_with_dollars_doubled(value, expected):
+    assert sc.compose_scalar(value) == expected
+
+
+def test_hostile_values_stay_values():
+    evil = "x\n    privileged: true\n    volumes: ['/:/host']"
+    values = dict(BASE, container_name=evil, environment={"EVIL": evil}, argv=["vllm", evil], entrypoint=["/bin/sh", evil], hf_cache=evil)
+    doc = yaml.safe_load("\n".join(sc.compose_lines(values)))
+    service = doc["services"]["vllm"]
+    assert "privileged" not in service and len(service["volumes"]) == 2
+    assert service["container_name"] == evil and service["environment"] == {"EVIL": evil}
+    assert service["command"] == ["vllm", evil] and service["entrypoint"] == ["/bin/sh", evil]
+    assert json.loads(sc.compose_scalar("$")) == "$$"
+
+
+def test_a_missing_value_is_named():
+    values = dict(BASE)
+    del values["hash"], values["gpu"]
+    with pytest.raises(sc.CommandError, match="hash, gpu not given"):
+        sc.compose_lines(values)
+    with pytest.raises(Exception, match="hash, gpu not given"):
+        serve_compose(values)
