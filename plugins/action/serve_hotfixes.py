@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to dspark.cluster
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Thin shell: resolves the recipe checkout on the controller and hands it to hotfix_recipe."""
+"""Thin shell: resolves the recipe checkout on the controller and hands it to hotfix_recipe, which reads the
+tree once (never through a link), checks it against serve_hotfix_recipe_version, and stages the checked bytes
+in the cache directory for the role's copy."""
 
 from __future__ import annotations
 
@@ -41,9 +43,10 @@ class ActionModule(ActionBase):
         plan = None
         try:
             path = hotfix_recipe.resolve(args["recipe"], args["version"], args["cache_dir"])
-            plan = hotfix_recipe.plan(path, args["recipe"], switches, args["keys_set"], args["model"], args["revision"])
+            plan = hotfix_recipe.plan(path, args["recipe"], switches, args["keys_set"], args["model"], args["revision"],
+                                      version=args["version"], cache_dir=args["cache_dir"])
         except hotfix_recipe.RecipeError as exc:
-            problems.append(str(exc))
+            problems.extend(str(exc).split("\n"))
         except OSError as exc:
             problems.append("serve_hotfix_recipe=%s could not be read on the controller: %s" % (args["recipe"], exc))
         result["changed"] = False
@@ -54,6 +57,10 @@ class ActionModule(ActionBase):
                 len(problems), "" if len(problems) == 1 else "s", "\n- ".join(problems))
             return result
         result.update(plan)
-        result["msg"] = "%d hotfix step(s) in upstream order from %s (tree %s)" % (
-            len(plan["steps"]), args["recipe"], plan["digest"][:12])
+        if plan["recipe"]["verified"]:
+            state = "patches/ equal to commit %s" % plan["recipe"]["version"]
+        else:
+            state = "unversioned, used as it is: patches/ tree sha256 %s" % plan["tree_digest"]
+        result["msg"] = "%d hotfix step(s) in upstream order from %s (%s; digest %s)" % (
+            len(plan["steps"]), args["recipe"], state, plan["digest"][:12])
         return result
