@@ -505,7 +505,7 @@ def commit_problems(recipe_dir, source, version, files, runner=subprocess.run):
     problems = []
     for rel in sorted(set(expected) | set(actual)):
         shown = "%s/%s" % (PATCHES, rel)
-        restore = "git -C %s checkout %s -- %s%s" % (shlex.quote(recipe_dir), version, prefix, shown)
+        restore = "git -C %s checkout %s -- %s" % (shlex.quote(recipe_dir), version, shown)
         if rel not in expected:
             what = "is not in the commit (an untracked or ignored file), and every file of %s/ is copied" % PATCHES
             fix = "remove it, or commit it and set serve_hotfix_recipe_version to that commit"

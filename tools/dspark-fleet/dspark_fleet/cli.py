@@ -21,7 +21,8 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from . import __version__, fingerprint, inventory, locks, progress, qualify, report, resume, rolling, runner_exec, watch
+from . import __version__, fingerprint, inventory, locks, progress, qualify, report, resume, rolling, runner_exec, trust
+from . import watch
 from .orchestrator import Fleet, GroupRun, default_judge
 from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED, OK, RUNNING, SKIPPED, SUCCESS, Scheduler
 
@@ -160,6 +161,18 @@ def add_watch_parser(sub, common):
     wat.add_argument("--no-router", action="store_true",
                      help="leave the router (group %s) alone: do not take a broken group out of rotation"
                           % rolling.ROUTER_GROUP)
+    wat.add_argument("--vault-password-file", metavar="PATH",
+                     help="Ansible's vault password file for the inventory and the playbooks (its path reaches them "
+                          "as %s, never its content); mode 0600 or 0400, owned by root or the user the watch runs "
+                          "as" % watch.VAULT_ENV)
+    wat.add_argument("--keep-rounds", type=_int_at_least(0), default=watch.KEEP_ROUNDS, metavar="N",
+                     help="keep the artifacts of the newest N earlier rounds that left any (failed checks, restarts; "
+                          "%d)" % watch.KEEP_ROUNDS)
+    wat.add_argument("--keep-days", type=_positive_float, default=watch.KEEP_DAYS, metavar="D",
+                     help="remove earlier rounds' artifacts older than D days (%g)" % watch.KEEP_DAYS)
+    wat.epilog = ("Exit codes: 0 every group served at the last round, 1 a group did not, 2 bad usage or bad input, "
+                  "%d refused to start: a path it runs or reads can be changed by someone other than root and the "
+                  "user it runs as (one line per path, with the fix)" % trust.EXIT_UNTRUSTED)
 
 
 def redacted_argv(argv):
@@ -214,6 +227,8 @@ class Context:
             if not os.path.isfile(os.path.join(self.project_dir, rel)):
                 raise UsageError("%s has no %s (is --project-dir the collection checkout?)" % (self.project_dir, rel))
         self.env_add = runner_exec.ansible_env(self.project_dir)
+        if getattr(args, "vault_password_file", None):    # watch: the path only, for ansible-inventory and the runs
+            self.env_add[watch.VAULT_ENV] = os.path.abspath(args.vault_password_file)
         self.previous = None
         if getattr(args, "resume", None):
             try:
@@ -673,6 +688,11 @@ def main(argv=None):
     except SystemExit as exc:  # usage errors (2), --help and --version (0)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
+        if args.subcommand == "watch":     # before anything runs, ansible-inventory included
+            refused = watch.trust_gate(args, os.path.abspath(args.project_dir) if args.project_dir
+                                       else default_project_dir())
+            if refused is not None:
+                return refused
         ctx = Context(args, argv)
         ctx.prepare_artifacts()
     except UsageError as exc:

@@ -16,6 +16,11 @@
 
 Every action goes to the journal (journal.py); the state of each group is rebuilt from the journal at start,
 so a restarted service keeps counting restarts and backoff.
+
+Before anything runs, `trust_gate()` refuses to start (exit 3) when the checkout, the venv, the inventory or the
+vault password file can be changed by anyone but root and the service user (trust.py). Before each round the
+artifacts of earlier rounds (a passing check leaves none; a failed one its logs) are pruned by count and age
+(`prune_plan()`, pure), the running round's never.
 """
 
 from __future__ import annotations
@@ -23,13 +28,15 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass
 
 from . import journal as journal_mod
-from . import locks, rolling, runner_exec
+from . import locks, rolling, runner_exec, trust
 from .events import GroupEvents
 
 VERIFY = "playbooks/verify.yml"
@@ -39,6 +46,13 @@ FORCE_RESTART = '{"serve_force_restart": true}'
 NEEDS_REBOOT = "needs a reboot"
 
 OK, RESTART, BACKOFF, GIVE_UP, FAILED, RECOVERED = "ok", "restart", "backoff", "give_up", "failed", "recovered"
+
+# A watch's artifacts directory carries this file; only such directories (this one and its siblings) are pruned.
+MARKER = ".dspark-fleet-watch"
+ROUND_RE = re.compile(r"^round\d{5,}$")
+KEEP_ROUNDS = 50
+KEEP_DAYS = 14.0
+VAULT_ENV = "ANSIBLE_VAULT_PASSWORD_FILE"
 
 
 @dataclass
@@ -120,6 +134,96 @@ def judge_run(run_result, events):
     return out
 
 
+def prune_plan(rounds, keep, max_age_s, now, running=None):
+    """Which round directories to remove: [(path, mtime)] -> [path]. The newest `keep` that are younger than
+    `max_age_s` stay; `running` (the round in progress, or about to start) always stays and is not counted."""
+    ordered = sorted((r for r in rounds if r[0] != running), key=lambda r: (r[1], r[0]), reverse=True)
+    remove = []
+    for index, (path, mtime) in enumerate(ordered):
+        if index >= keep or now - mtime > max_age_s:
+            remove.append(path)
+    return remove
+
+
+def round_dirs(parent, running_artifacts):
+    """[(round dir, mtime)] of every watch artifacts dir under `parent` (the ones with the MARKER file, and the
+    running one), and the list of those artifacts dirs."""
+    found, dirs = [], []
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        return found, dirs
+    for name in names:
+        folder = os.path.join(parent, name)
+        if folder != running_artifacts and not os.path.isfile(os.path.join(folder, MARKER)):
+            continue
+        dirs.append(folder)
+        try:
+            entries = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            path = os.path.join(folder, entry)
+            if ROUND_RE.match(entry) and os.path.isdir(path) and not os.path.islink(path):
+                try:
+                    found.append((path, os.lstat(path).st_mtime))
+                except OSError:
+                    continue
+    return found, dirs
+
+
+def prune(artifacts, keep, max_age_s, now, running=None):
+    """Remove the rounds prune_plan() names, then earlier watch artifacts dirs left without a round. The paths
+    removed."""
+    parent = os.path.dirname(artifacts)
+    rounds, dirs = round_dirs(parent, artifacts)
+    removed = prune_plan(rounds, keep, max_age_s, now, running)
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    gone = set(removed)
+    left = set(os.path.dirname(p) for p, _ in rounds if p not in gone)
+    for folder in dirs:
+        if folder != artifacts and folder not in left and not _marker_alive(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _marker_alive(folder):
+    """Whether the watch that wrote `folder`'s marker still runs (then its dir stays, even without a round)."""
+    try:
+        with open(os.path.join(folder, MARKER), encoding="utf-8") as handle:
+            pid = int(json.load(handle)["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def tidy(folder):
+    """Remove the empty group folders of a finished round and the round itself when it is empty."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.rmdir(os.path.join(folder, name))
+        except OSError:
+            pass
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass
+
+
 # --------------------------------------------------------------------------- the supervisor
 
 
@@ -176,23 +280,53 @@ class Watch:
         result = self.runner(spec, event_handler=events.feed, cancel_callback=self.stopper.event.is_set)
         return judge_run(result, events), spec
 
+    def round_dir(self, number):
+        return os.path.join(self.ctx.artifacts, "round%05d" % number)
+
+    def prune(self, number):
+        """Before round `number`: earlier rounds' artifacts beyond --keep-rounds or older than --keep-days."""
+        args = self.ctx.args
+        keep = getattr(args, "keep_rounds", KEEP_ROUNDS)
+        days = getattr(args, "keep_days", KEEP_DAYS)
+        try:
+            removed = prune(self.ctx.artifacts, keep, days * 86400.0, self.clock(), running=self.round_dir(number))
+        except OSError as exc:
+            self.say("could not prune old artifacts: %s" % exc)
+            return []
+        if removed:
+            self.say("pruned %d old round artifact dir(s) (keeping %d, at most %g days)" % (len(removed), keep, days))
+        return removed
+
     def round(self, number):
+        self.prune(number)
         groups = list(self.ctx.groups)
         workers = max(1, min(self.ctx.args.parallel, len(groups)))
-        if workers == 1:
-            for group in groups:
-                if self.stopper.event.is_set():
-                    break
-                self.group(group, number)
-            return
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(lambda g: self.group(g, number), groups))
+        try:
+            if workers == 1:
+                for group in groups:
+                    if self.stopper.event.is_set():
+                        break
+                    self.group(group, number)
+                return
+            with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(lambda g: self.group(g, number), groups))
+        finally:
+            tidy(self.round_dir(number))
 
     def group(self, group, number):
         if self.stopper.event.is_set():
             return
         lock = locks.GroupLock(self.state_dir, group, "watch")
-        if not lock.acquire():
+        try:
+            acquired = lock.acquire()
+        except OSError as exc:
+            # e.g. a lock file that `reprovision` created as another user: the service user cannot open it.
+            self.record("error", group, msg="cannot take the group's lock %s: %s" % (lock.path, exc))
+            self.say("%s: cannot take its lock %s: %s; fix: run reprovision as the service user, or chown the file to "
+                     "it" % (group, lock.path, exc))
+            self.health[group] = "broken"
+            return
+        if not acquired:
             holder = lock.holder()
             self.record("locked", group, holder=holder)
             self.say("%s: locked by %s: left alone this round" % (group, locks.describe(holder)))
@@ -208,7 +342,7 @@ class Watch:
             lock.release()
 
     def _group(self, group, number):
-        folder = os.path.join(self.ctx.artifacts, "round%05d" % number, group)
+        folder = os.path.join(self.round_dir(number), group)
         started = self.clock()
         check, spec = self.play(group, folder, "check", VERIFY, [])
         if self.stopper.event.is_set():
@@ -303,8 +437,40 @@ class Watch:
         self.stopper.event.wait(max(0.0, seconds))
 
 
+def trust_paths(args, project_dir, environ=None):
+    """What the supervisor runs and reads, for trust.check()."""
+    environ = os.environ if environ is None else environ
+    vaults = []
+    for path in (getattr(args, "vault_password_file", None), environ.get(VAULT_ENV)):
+        if path and os.path.abspath(path) not in vaults:
+            vaults.append(os.path.abspath(path))
+    inventory = os.path.abspath(os.path.expanduser(args.inventory))
+    return trust.watch_paths(project_dir, inventory, vaults)
+
+
+def trust_gate(args, project_dir, err=None, checker=None):
+    """None when every path is safe, else trust.EXIT_UNTRUSTED after one line per problem on stderr."""
+    err = err or (lambda line: print(line, file=sys.stderr))
+    findings = trust.check(trust_paths(args, project_dir), checker)
+    if not findings:
+        return None
+    trust.report(findings, err)
+    err("dspark-fleet watch: nothing was run. Whoever can write these paths could run commands as %s here and as "
+        "root on every node (issue #26); there is no option to skip this check" % (
+            (checker or trust.Checker()).service_user()))
+    return trust.EXIT_UNTRUSTED
+
+
+def write_marker(artifacts):
+    """Mark the artifacts dir as a watch's (pruning only ever touches marked dirs)."""
+    os.makedirs(artifacts, mode=0o700, exist_ok=True)
+    with open(os.path.join(artifacts, MARKER), "w", encoding="utf-8") as handle:
+        json.dump({"pid": os.getpid(), "started": time.time()}, handle)
+
+
 def run(ctx, args, interrupts, prog):
     """The `watch` subcommand; exit 0 when every group served at the last round, else 1."""
+    write_marker(ctx.artifacts)
     state_dir = locks.state_dir(args.state_dir)
     path = args.journal or journal_mod.default_path(state_dir)
     policy = Policy(max_restarts=args.max_restarts, window_s=args.window * 3600.0,
