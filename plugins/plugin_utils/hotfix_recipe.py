@@ -564,6 +564,8 @@ def stage(files, tree_digest, cache_dir):
                 finally:
                     os.close(fd)
             if os.path.lexists(dest):
+                if _staged_ok(dest, files):  # another fork staged the same tree meanwhile
+                    return dest
                 old = tempfile.mkdtemp(prefix=".old-", dir=base)
                 os.rename(dest, os.path.join(old, "tree"))
             os.rename(work, dest)
