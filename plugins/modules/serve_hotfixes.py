@@ -15,6 +15,17 @@ description:
     O(cache_dir)), checks that every hotfix the rank needs is in its C(patches/) directory, and returns the
     checksummed file list and the script that runs the hotfixes in the container in the upstream
     entrypoint's order, fail-closed.
+  - The tree under C(patches/) is read once, never through a link (every directory and file is opened with
+    C(O_NOFOLLOW)). A symlink anywhere under it (one that stays inside the tree too), C(patches/) itself as a
+    link, a fifo, a socket or a device is refused, naming the entry, its link target and the fix. Hard links are
+    plain files.
+  - With O(version), the files under C(patches/) must be exactly the commit's blobs, compared by content (each
+    file's git blob id against the commit's tree, every tree object on the way hashed again from the commit id).
+    A modified, untracked, ignored or deleted file is refused, for a controller directory and for the cached
+    clone of a git URL alike (a clone changed after it was cloned is never used).
+  - The checked bytes are staged in O(cache_dir)C(/trees/<tree digest>) (0700) and RV(patches_dir) names that
+    copy, so the role's copy to the nodes never reads the recipe directory again.
+  - Without O(version) a directory is used as it is, and RV(tree_digest) records what was applied.
   - A hotfix is needed when its switch does not turn it off (C(serve_hotfix_skip*)), when its opt-in switch
     turns it on (C(serve_hotfix_enable_*)), always for the ones upstream always runs, and, for the API-key
     redaction hotfix, when API keys are set. Each missing one is reported with the file, the variable and the fix.
@@ -27,11 +38,13 @@ options:
     type: str
     required: true
   version:
-    description: 40-hex commit; required with a git URL, checked against the directory's HEAD otherwise.
+    description:
+      - 40-hex commit; required with a git URL. For a directory, its HEAD must be this commit and the content of
+        its C(patches/) must equal the commit's. Empty uses a directory as it is.
     type: str
     default: ""
   cache_dir:
-    description: Controller directory for clones of git URLs.
+    description: Controller directory for clones of git URLs and the staged copies of checked trees (C(trees/)).
     type: str
     default: ~/.cache/dspark/recipes
   switches:
@@ -60,7 +73,7 @@ options:
     default: ""
 attributes:
   check_mode:
-    description: Plans the same way in check mode (a git URL is still cloned into the controller's cache).
+    description: Plans the same way in check mode (a git URL is still cloned and the tree staged in the controller's cache).
     support: full
   diff_mode:
     description: Nothing to diff.
@@ -83,9 +96,31 @@ EXAMPLES = r"""
 
 RETURN = r"""
 patches_dir:
-  description: Controller path of the recipe's patches directory.
+  description:
+    - Controller path of the staged copy of the checked C(patches/) files (in O(cache_dir)), which the role copies to the nodes.
   returned: success
   type: str
+tree_digest:
+  description: sha256 of RV(sums), the content of the C(patches/) tree that was checked and staged.
+  returned: success
+  type: str
+recipe:
+  description: Where the tree came from and whether it was checked against a commit.
+  returned: success
+  type: dict
+  contains:
+    source:
+      description: O(recipe) as given.
+      type: str
+    path:
+      description: The controller directory that was read (a cached clone for a git URL).
+      type: str
+    version:
+      description: The commit the tree was checked against; empty for a directory used as it is.
+      type: str
+    verified:
+      description: Whether the content of C(patches/) was checked to equal the commit's.
+      type: bool
 files:
   description: Files under patches/ (relative paths), all copied to every rank.
   returned: success
