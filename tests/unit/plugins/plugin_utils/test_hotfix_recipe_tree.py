@@ -358,3 +358,17 @@ def test_the_lab_recipe_passes_the_tree_rules(tmp_path):
     files = hr.read_tree(str(LAB_RECIPE), "lab")
     assert files and all(not os.path.islink(str(LAB_RECIPE / "patches" / rel)) for rel, _data, _sha in files)
     assert plan(LAB_RECIPE, cache=tmp_path / "cache")["recipe"]["verified"] is False
+
+
+def test_a_sha256_repository_is_checked_the_same_way(tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(LAB_RECIPE, repo)
+    git("init", "-q", "--object-format=sha256", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "stand-in", cwd=repo)
+    head = git("rev-parse", "HEAD", cwd=repo)
+    assert len(head) == 64
+    assert plan(repo, head)["recipe"]["verified"] is True
+    (repo / "patches" / SPIN).write_text("echo changed\n")
+    with pytest.raises(hr.RecipeError, match="patches/%s differs from the commit's content" % SPIN):
+        plan(repo, head)
