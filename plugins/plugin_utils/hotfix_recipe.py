@@ -442,9 +442,9 @@ def _tree_entries(data, size):
 
 
 def commit_tree(cwd, version, subdir, runner=subprocess.run):
-    """{relative path: (git mode, object id)} of every entry under <subdir> in the commit `version`, read from
-    the repository at cwd with every object on the way checked against its id; None when the commit has no
-    such directory. Raises _Tampered."""
+    """({relative path: (git mode, object id)} of every entry under <subdir> in the commit `version`, the object
+    format), read from the repository at cwd with every object on the way checked against its id; None when the
+    commit has no such directory. Raises _Tampered."""
     algo = _object_format(cwd, runner)
     size = hashlib.new(algo).digest_size
     commit = _read_object(cwd, "commit", version, algo, runner)
