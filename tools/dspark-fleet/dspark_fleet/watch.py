@@ -181,7 +181,7 @@ def prune(artifacts, keep, max_age_s, now, running=None):
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)
     gone = set(removed)
-    left = set(os.path.dirname(p) for p, _ in rounds if p not in gone)
+    left = set(os.path.dirname(p) for p, _mtime in rounds if p not in gone)
     for folder in dirs:
         if folder != artifacts and folder not in left and not _marker_alive(folder):
             shutil.rmtree(folder, ignore_errors=True)
