@@ -133,3 +133,11 @@ def test_earlier_rounds_are_pruned_by_the_running_watch(tmp_path, fake_project, 
     assert sorted(p.name for p in (tmp_path / "art").iterdir() if p.name.startswith("round")) == [
         "round00002", "round00003"]
     assert "pruned 1 old round artifact dir(s) (keeping 1, at most 14 days)" in err
+
+
+def test_missing_paths_are_bad_input(tmp_path, fake_project, capsys):
+    copy, inv, vault = setup(tmp_path, fake_project)
+    assert run(tmp_path, copy, inv, "--vault-password-file", str(vault) + ".gone") == 2
+    assert "dspark-fleet: error: the vault password file %s.gone does not exist" % vault in capsys.readouterr().err
+    assert run(tmp_path, copy, str(tmp_path / "nowhere.yml")) == 2
+    assert "inventory %s does not exist" % (tmp_path / "nowhere.yml") in capsys.readouterr().err

@@ -47,6 +47,7 @@ REQUIRED_CHECKOUT = ("ansible.cfg",)
 INVENTORY_SIDES = ("group_vars", "host_vars")
 
 NODE, TREE, SECRET = "node", "tree", "secret"
+MISSING = "does not exist"
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ class Checker:
         real, st = self.chain(path, what)
         if st is None:
             if required:
-                self._add(path, None, what, "does not exist", "create it, or name the right path")
+                self._add(path, None, what, MISSING, "create it, or name the right path")
             return
         self.roots.add(real)
         if kind == TREE and stat_mod.S_ISDIR(st.st_mode):

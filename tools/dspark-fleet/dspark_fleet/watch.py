@@ -452,6 +452,13 @@ def trust_gate(args, project_dir, err=None, checker=None):
     """None when every path is safe, else trust.EXIT_UNTRUSTED after one line per problem on stderr."""
     err = err or (lambda line: print(line, file=sys.stderr))
     findings = trust.check(trust_paths(args, project_dir), checker)
+    # A missing checkout file or inventory is bad input, said by the CLI's own checks (exit 2) right after this.
+    findings = [f for f in findings if not (f.problem == trust.MISSING and f.what in ("the checkout", "the inventory"))]
+    missing = [f for f in findings if f.problem == trust.MISSING]
+    if missing and len(missing) == len(findings):
+        for finding in missing:
+            err("dspark-fleet: error: %s %s does not exist" % (finding.what, finding.path))
+        return 2
     if not findings:
         return None
     trust.report(findings, err)
