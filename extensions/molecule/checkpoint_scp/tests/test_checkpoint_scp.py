@@ -107,7 +107,8 @@ def test_receiver_is_unprivileged_and_the_files_plain_and_readable():
 
 
 def test_rerun_changes_nothing_and_hashes_nothing():
-    # The scenario's idempotence check (molecule.yml has no idempotence step): the first run after converge. Fast because nothing is read again (no wall-clock bound here: a loaded CI machine is no measure; the
+    # The scenario's idempotence check (molecule.yml has no idempotence step): the first run after converge.
+    # Fast because nothing is read again (no wall-clock bound here: a loaded CI machine is no measure; the
     # benchmarks in bench/ time it).
     rc, out, seconds = playbook()
     assert rc == 0, out
