@@ -5,7 +5,8 @@
 #   lab   venv + the Docker engine and CLI (docker.io; docker-cli too where the distribution splits it out,
 #         e.g. Debian 13), debootstrap (the node image), OpenSSH client, rsync
 #   test  lab + git and shellcheck (sanity), make, QEMU (the vmlab scenario), nftables, HAProxy (the router's
-#         behaviour test, tests/unit/playbooks/test_router_haproxy.py)
+#         behaviour test, tests/unit/playbooks/test_router_haproxy.py), Prometheus (promtool: the monitoring role's
+#         alert rule tests, tests/unit/monitoring)
 # Only commands are checked, so a provisioned machine does no apt work and this prints nothing. As root, the
 # missing packages are installed with apt-get; otherwise it stops with the exact command to run.
 # Starting dockerd when no engine answers is lab/lab.sh's job, not this script's.
@@ -75,6 +76,8 @@ check() {
   need nftables nft
   # The router's edge is tested against a real HAProxy (skipped without one).
   need haproxy haproxy
+  # The monitoring role's alert rules and configuration are tested with promtool (skipped without it).
+  need prometheus promtool
 }
 
 check

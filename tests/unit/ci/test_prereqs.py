@@ -26,9 +26,10 @@ PROVIDES = {
     "qemu-utils": ["qemu-img"],
     "nftables": ["nft"],
     "haproxy": ["haproxy"],
+    "prometheus": ["promtool"],
 }
 LAB = ["docker.io", "debootstrap", "openssh-client", "rsync"]
-TEST_ONLY = ["git", "shellcheck", "make", "qemu-system-x86", "qemu-utils", "nftables", "haproxy"]
+TEST_ONLY = ["git", "shellcheck", "make", "qemu-system-x86", "qemu-utils", "nftables", "haproxy", "prometheus"]
 APT_INSTALL = ["apt-get", "install", "-y", "-qq", "--no-install-recommends"]
 
 
