@@ -1,0 +1,599 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The monitoring role's plan (private; issue #28): who scrapes whom, prometheus.yml, the alert rules,
+alertmanager.yml, each node's textfile collector configuration and its node_exporter firewall.
+
+Pure Python, no Ansible imports: ``hostvars`` is any mapping of host -> mapping of variables, ``settings`` the
+role's monitoring_* variables by name. The filter ``dspark.cluster.monitoring_plan`` hands it to the role.
+
+Every metric name used by the rules and the dashboard is one of METRICS below, each with where it comes from:
+vLLM 0.32.0's source (the version the real-engine lab runs; tests/unit/monitoring re-reads the installed source),
+HAProxy 2.6's built-in exporter and prometheus-node-exporter 1.5 (both scraped on the development machine, Debian
+bookworm packages), or the collection's own textfile collector (roles/monitoring/files/dspark-textfile-collector).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model
+
+# -- metric names --------------------------------------------------------------------------------------------------
+
+VLLM_VERSION = "0.32.0"
+# Labels every per-engine vLLM metric carries (vllm/v1/metrics/loggers.py:498 labelnames = ["model_name", "engine"]).
+VLLM_LABELS = ("model_name", "engine")
+# Exposed name -> (source file in the vllm package, line of the registration, name as registered, kind). Counters are
+# registered without `_total` and exposed with it by prometheus_client; histograms are exposed as _bucket/_sum/_count.
+VLLM_METRICS = {
+    "vllm:num_requests_running": ("v1/metrics/loggers.py", 528, "vllm:num_requests_running", "gauge"),
+    "vllm:num_requests_waiting": ("v1/metrics/loggers.py", 538, "vllm:num_requests_waiting", "gauge"),
+    "vllm:kv_cache_usage_perc": ("v1/metrics/loggers.py", 620, "vllm:kv_cache_usage_perc", "gauge"),
+    "vllm:num_preemptions_total": ("v1/metrics/loggers.py", 739, "vllm:num_preemptions", "counter"),
+    "vllm:prompt_tokens_total": ("v1/metrics/loggers.py", 748, "vllm:prompt_tokens", "counter"),
+    "vllm:generation_tokens_total": ("v1/metrics/loggers.py", 799, "vllm:generation_tokens", "counter"),
+    "vllm:request_success_total": ("v1/metrics/loggers.py", 809, "vllm:request_success", "counter"),
+    "vllm:time_to_first_token_seconds": ("v1/metrics/loggers.py", 931, "vllm:time_to_first_token_seconds", "histogram"),
+    "vllm:inter_token_latency_seconds": ("v1/metrics/loggers.py", 941, "vllm:inter_token_latency_seconds", "histogram"),
+    "vllm:e2e_request_latency_seconds": ("v1/metrics/loggers.py", 961, "vllm:e2e_request_latency_seconds", "histogram"),
+    "vllm:request_queue_time_seconds": ("v1/metrics/loggers.py", 971, "vllm:request_queue_time_seconds", "histogram"),
+}
+# vLLM 0.32.0's default buckets of the TTFT histogram (vllm/v1/metrics/buckets.py TIME_TO_FIRST_TOKEN_BUCKETS): the
+# TTFT threshold should be one of them, else histogram_quantile interpolates between two buckets.
+VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                     40.0, 80.0, 160.0, 640.0, 2560.0)
+# HAProxy 2.6.12 (Debian bookworm) `http-request use-service prometheus-exporter`, read from its /metrics: the
+# backend's and each server's state (label proxy, server, state).
+HAPROXY_METRICS = {
+    "haproxy_backend_active_servers": "gauge, label proxy",
+    "haproxy_backend_status": "gauge, labels proxy, state (UP/DOWN)",
+    "haproxy_server_status": "gauge, labels proxy, server, state (UP/DOWN/MAINT/DRAIN/NOLB)",
+    "haproxy_backend_current_sessions": "gauge, label proxy",
+    "haproxy_frontend_http_requests_total": "counter, label proxy",
+}
+# prometheus-node-exporter 1.5.0 (Debian bookworm), read from its /metrics.
+NODE_METRICS = {
+    "node_memory_MemAvailable_bytes": "meminfo: MemAvailable (unified memory: the GPU's too on a DGX Spark)",
+    "node_memory_MemTotal_bytes": "meminfo: MemTotal",
+    "node_network_receive_bytes_total": "netdev, label device",
+    "node_network_transmit_bytes_total": "netdev, label device",
+    "up": "Prometheus, per target",
+}
+# The collection's textfile collector (roles/monitoring/files/dspark-textfile-collector) -> what it reads on the node.
+DSPARK_METRICS = {
+    "dspark_collector_last_run_seconds": "time of the collector's last run",
+    "dspark_node_info": "labels role, rank, group_size (from the inventory, the collector's configuration)",
+    "dspark_serve_container_running": "docker inspect <serve_container_name> .State.Running: this rank's container",
+    "dspark_serve_container_started_seconds": "docker inspect .State.StartedAt: the rank's last (re)start",
+    "dspark_serve_definition_mtime_seconds": "mtime of <serve_config_dir>/compose.yaml: the last (re)provision that changed it",
+    "dspark_serve_image_info": "labels image_id (compose.yaml image:) and image (the inventory's dspark_image)",
+    "dspark_serve_api_healthy": "head only: GET 127.0.0.1:<dspark_api_port>/health answers 200",
+    "dspark_fabric_link_up": "/sys/class/net/<dspark_fabric_interface>/operstate is up",
+    "dspark_fabric_mtu_bytes": "/sys/class/net/<dspark_fabric_interface>/mtu",
+    "dspark_fabric_gid_index": "NCCL_IB_GID_INDEX in compose.yaml's environment (the fabric role's resolved index)",
+    "dspark_fabric_gid_matches": "the GID at that index (/sys/class/infiniband/<hca>/ports/1/gids) holds the fabric address",
+    "dspark_checkpoint_verified": "the checkpoint role's stamp <checkpoint_manifest_dir>/<repo>-<revision>.verified.json",
+    "dspark_checkpoint_verified_seconds": "mtime of that stamp",
+    "dspark_supervisor_restarts_in_window": "supervisor host: `restart` records per group in the journal's window",
+    "dspark_supervisor_restart_cap": "supervisor host: supervisor_max_restarts",
+    "dspark_supervisor_group_failed": "supervisor host: the group was given up (give_up, needs_reboot, failed)",
+}
+METRIC_NAMES = frozenset(VLLM_METRICS) | frozenset(HAPROXY_METRICS) | frozenset(NODE_METRICS) | frozenset(DSPARK_METRICS)
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+# -- inputs --------------------------------------------------------------------------------------------------------
+
+DEFAULT_API_PORT = 8888
+DURATION_RE = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+\Z")
+FILE_RE = re.compile(r"^/[A-Za-z0-9_./-]+\Z")
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+\Z")
+PORTS = ("monitoring_prometheus_port", "monitoring_alertmanager_port", "monitoring_node_exporter_port",
+         "monitoring_router_exporter_port")
+DURATIONS = ("monitoring_scrape_interval", "monitoring_evaluation_interval", "monitoring_retention",
+             "monitoring_alert_not_serving_for", "monitoring_alert_rank_missing_for", "monitoring_alert_backend_for",
+             "monitoring_alert_kv_cache_for", "monitoring_alert_waiting_for", "monitoring_alert_ttft_for",
+             "monitoring_alert_memory_for", "monitoring_alert_fabric_for")
+FILES = ("monitoring_config_dir", "monitoring_textfile_dir", "monitoring_supervisor_journal", "monitoring_rules_file")
+
+
+def _problem(var, value, why, fix):
+    return "%s=%r %s. Fix: %s" % (var, value, why, fix)
+
+
+def _number(value):
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _port(value):
+    if isinstance(value, bool) or not str(value).strip().isdigit():
+        return None
+    number = int(value)
+    return number if 1 <= number <= 65535 else None
+
+
+def check_settings(settings):
+    """Problems of the monitoring_* values, each naming the variable, its value and the fix."""
+    s = settings
+    problems = []
+    for name in PORTS:
+        if _port(s.get(name)) is None:
+            problems.append(_problem(name, s.get(name), "is not a TCP port", "use 1-65535"))
+    used = [s.get(name) for name in PORTS if _port(s.get(name)) is not None]
+    for name in PORTS:
+        if _port(s.get(name)) is not None and used.count(s.get(name)) > 1:
+            problems.append(_problem(name, s.get(name), "is used by another monitoring port too", "give each its own port"))
+    for name in DURATIONS:
+        if not (isinstance(s.get(name), str) and DURATION_RE.match(s.get(name))):
+            problems.append(_problem(name, s.get(name), "is not a Prometheus duration", "write e.g. 30s, 5m or 15d"))
+    for name in FILES:
+        if not (isinstance(s.get(name), str) and FILE_RE.match(s.get(name))):
+            problems.append(_problem(name, s.get(name), "is not an absolute path of letters, digits and _ . / -",
+                                     "use a plain absolute path"))
+    for name in ("monitoring_prometheus_listen_address", "monitoring_alertmanager_listen_address"):
+        try:
+            ipaddress.ip_address(str(s.get(name)))
+        except ValueError:
+            problems.append(_problem(name, s.get(name), "is not an IP address", "use 127.0.0.1 (the default)"))
+    usage = _number(s.get("monitoring_alert_kv_cache_usage"))
+    if usage is None or not 0 < usage <= 1:
+        problems.append(_problem("monitoring_alert_kv_cache_usage", s.get("monitoring_alert_kv_cache_usage"),
+                                 "is not a fraction in (0, 1] (vllm:kv_cache_usage_perc is 1 at 100 %)", "write e.g. 0.95"))
+    for name, low in (("monitoring_alert_waiting_requests", 0), ("monitoring_alert_ttft_p95_seconds", 0),
+                      ("monitoring_alert_memory_available_bytes", 0), ("monitoring_alert_fabric_mtu", 68)):
+        value = _number(s.get(name))
+        if value is None or value < low or (name == "monitoring_alert_ttft_p95_seconds" and value == 0):
+            problems.append(_problem(name, s.get(name), "is not a number above %s" % low, "write a positive number"))
+    interval = s.get("monitoring_collector_interval")
+    if isinstance(interval, bool) or not isinstance(interval, int) or interval < 5:
+        problems.append(_problem("monitoring_collector_interval", interval, "is not a whole number of seconds >= 5",
+                                 "write e.g. 30"))
+    receivers = s.get("monitoring_alertmanager_receivers")
+    names = [r.get("name") for r in receivers if isinstance(r, dict)] if isinstance(receivers, list) else []
+    if not isinstance(receivers, list) or not receivers or len(names) != len(receivers) or not all(
+            isinstance(n, str) and NAME_RE.match(n) for n in names):
+        problems.append(_problem("monitoring_alertmanager_receivers", "(not shown: receivers may hold secrets)",
+                                 "is not a non-empty list of Alertmanager receivers, each with a name of letters, digits and _ . -",
+                                 "e.g. [{name: default}] or [{name: ops, webhook_configs: [{url: https://...}]}]"))
+    route = s.get("monitoring_alertmanager_route")
+    if not isinstance(route, dict) or route.get("receiver") not in names:
+        problems.append(_problem("monitoring_alertmanager_route", route, "does not name one of the receivers as its receiver",
+                                 "set receiver: to the name of one of monitoring_alertmanager_receivers"))
+    token = s.get("monitoring_head_bearer_token")
+    if not isinstance(token, str) or re.search(r"\s", token):
+        problems.append(_problem("monitoring_head_bearer_token", "(not shown)", "is not one word", "remove white space"))
+    return problems
+
+
+# -- the fleet -----------------------------------------------------------------------------------------------------
+
+def _address(hostvars, host):
+    hvars = _group_model.host_vars(hostvars, host)
+    return str(_group_model.get(hvars, "dspark_mgmt_address", _group_model.get(hvars, "ansible_host", host)))
+
+
+def _ip(text):
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _hosts(groups, name):
+    return list((groups or {}).get(name) or [])
+
+
+def monitors(groups):
+    """The monitor hosts: group dspark_monitor, else the router hosts (dspark_router)."""
+    return _hosts(groups, "dspark_monitor") or _hosts(groups, "dspark_router")
+
+
+def fleet(groups, hostvars):
+    """Serving groups with their members in rank order and head (the group model's integer reading of dspark_rank)."""
+    out = {}
+    for host in _hosts(groups, "dspark"):
+        group = _group_model.read(hostvars, host, "dspark_group", "")
+        if isinstance(group, str) and group:
+            out.setdefault(group, []).append(host)
+    result = {}
+    for group in sorted(out):
+        members = sorted(out[group], key=lambda h: (_group_model.as_int(_group_model.read(hostvars, h, "dspark_rank")) is None,
+                                                    _group_model.as_int(_group_model.read(hostvars, h, "dspark_rank")) or 0, h))
+        heads = [h for h in members if _group_model.as_int(_group_model.read(hostvars, h, "dspark_rank")) == 0]
+        result[group] = {"members": members, "heads": heads}
+    return result
+
+
+def exporter_hosts(groups):
+    """Every host that runs node_exporter and the textfile collector: serving nodes, routers, supervisors, monitors."""
+    out = []
+    for name in ("dspark", "dspark_router", "dspark_supervisor"):
+        out += [h for h in _hosts(groups, name) if h not in out]
+    out += [h for h in monitors(groups) if h not in out]
+    return out
+
+
+def _head_reachable(hostvars, head, monitor_hosts, routers, problems):
+    """The serve firewall (serve_firewall, default on) drops the API port from anyone but serve_api_allowed_cidrs,
+    loopback and the routers: a monitor elsewhere must be in serve_api_allowed_cidrs to scrape /metrics."""
+    hvars = _group_model.host_vars(hostvars, head)
+    if not _group_model.get(hvars, "serve_firewall", True) or str(_group_model.get(hvars, "serve_firewall", True)).lower() == "false":
+        return
+    cidrs = _group_model.get(hvars, "serve_api_allowed_cidrs", []) or []
+    for monitor in monitor_hosts:
+        if monitor in routers:
+            continue
+        addr = _ip(_address(hostvars, monitor))
+        if addr is None:
+            continue  # reported by plan() already
+        allowed = False
+        for cidr in cidrs if isinstance(cidrs, (list, tuple)) else []:
+            try:
+                allowed = allowed or addr in ipaddress.ip_network(str(cidr), strict=False)
+            except ValueError:
+                continue
+        if not allowed:
+            problems.append("%s: serve_api_allowed_cidrs=%r does not hold the monitor %s (%s), so the serve firewall drops its "
+                            "scrapes of %s's /metrics. Fix: add %s/%d to serve_api_allowed_cidrs of group %s and run "
+                            "playbooks/serve.yml, or run the monitor on a router host (dspark_router)"
+                            % (head, list(cidrs) if isinstance(cidrs, (list, tuple)) else cidrs, monitor, addr, head, addr,
+                               addr.max_prefixlen, _group_model.get(hvars, "dspark_group", "?")))
+
+
+def plan(groups, hostvars, settings):
+    """The whole plan: monitors, exporter hosts, heads to scrape, routers, problems (inputs and the fleet)."""
+    problems = check_settings(settings)
+    monitor_hosts = monitors(groups)
+    routers = _hosts(groups, "dspark_router")
+    if not monitor_hosts:
+        problems.append("no monitor host: groups dspark_monitor and dspark_router are empty. Fix: add the host that runs "
+                        "Prometheus to group dspark_monitor (not under dspark)")
+    for monitor in monitor_hosts:
+        if monitor in _hosts(groups, "dspark"):
+            problems.append("%s is in dspark_monitor and in a serving group: the monitor must not compete with vLLM for "
+                            "the node's memory. Fix: use another host (the router, or the controller)" % monitor)
+        if _ip(_address(hostvars, monitor)) is None:
+            problems.append("%s: its management address %r is not an IP address, which the nodes' firewall needs. Fix: set "
+                            "dspark_mgmt_address (or ansible_host) of %s to its IP" % (monitor, _address(hostvars, monitor), monitor))
+    groups_model = fleet(groups, hostvars)
+    heads = []
+    for group, model in groups_model.items():
+        if len(model["heads"]) != 1:
+            problems.append("group %s has %d hosts of dspark_rank 0 (%s). Fix: exactly one head per group"
+                            % (group, len(model["heads"]), ", ".join(model["heads"]) or "none"))
+            continue
+        head = model["heads"][0]
+        hvars = _group_model.host_vars(hostvars, head)
+        port = _port(_group_model.get(hvars, "dspark_api_port", DEFAULT_API_PORT))
+        if port is None:
+            problems.append("%s: dspark_api_port=%r is not a TCP port. Fix: use 1-65535"
+                            % (head, _group_model.get(hvars, "dspark_api_port")))
+            continue
+        heads.append({"group": group, "host": head, "address": _address(hostvars, head), "port": port,
+                      "size": len(model["members"])})
+        _head_reachable(hostvars, head, monitor_hosts, routers, problems)
+    return {"monitors": monitor_hosts, "exporter_hosts": exporter_hosts(groups), "heads": heads, "routers": routers,
+            "groups": groups_model, "problems": problems}
+
+
+# -- prometheus.yml ------------------------------------------------------------------------------------------------
+
+def _target(address, port):
+    addr = _ip(address)
+    return "[%s]:%d" % (address, port) if addr is not None and addr.version == 6 else "%s:%d" % (address, port)
+
+
+def prometheus_config(the_plan, hostvars, settings, monitor_host, credentials_file=""):
+    """prometheus.yml as a mapping: global, alerting, rule_files, and the scrape configs, one static config per target
+    with the labels dspark_group, dspark_host and dspark_rank (serving nodes) written by the collection."""
+    s = settings
+    heads = []
+    for head in the_plan["heads"]:
+        job = {"targets": [_target(head["address"], head["port"])],
+               "labels": {"dspark_group": head["group"], "dspark_host": head["host"], "dspark_rank": "0"}}
+        heads.append(job)
+    nodes = []
+    for host in the_plan["exporter_hosts"]:
+        hvars = _group_model.host_vars(hostvars, host)
+        labels = {"dspark_host": host}
+        group = _group_model.get(hvars, "dspark_group", "")
+        if host in _serving_hosts(the_plan) and group:
+            labels["dspark_group"] = str(group)
+            labels["dspark_rank"] = str(_group_model.get(hvars, "dspark_rank", ""))
+        # node_exporter listens on the management address (node_exporter_args), the monitor's own one included.
+        address = _address(hostvars, host)
+        nodes.append({"targets": [_target(address, int(s["monitoring_node_exporter_port"]))], "labels": labels})
+    routers = []
+    for host in the_plan["routers"]:
+        # HAProxy's exporter listens on 127.0.0.1 when the monitor is the router host (the default), else on the
+        # router's management address (the router change in docs/design-monitoring.md).
+        address = "127.0.0.1" if host == monitor_host else _address(hostvars, host)
+        routers.append({"targets": [_target(address, int(s["monitoring_router_exporter_port"]))],
+                        "labels": {"dspark_host": host}})
+    head_job = {"job_name": "dspark_vllm", "metrics_path": "/metrics", "static_configs": heads}
+    if credentials_file:
+        head_job["authorization"] = {"type": "Bearer", "credentials_file": credentials_file}
+    scrape = [
+        {"job_name": "prometheus",
+         "static_configs": [{"targets": [_target(s["monitoring_prometheus_listen_address"], int(s["monitoring_prometheus_port"]))]}]},
+        head_job,
+        {"job_name": "dspark_node", "static_configs": nodes},
+    ]
+    if routers:
+        scrape.append({"job_name": "dspark_router", "metrics_path": "/metrics", "static_configs": routers})
+    return {
+        "global": {"scrape_interval": s["monitoring_scrape_interval"], "evaluation_interval": s["monitoring_evaluation_interval"],
+                   "external_labels": {"monitor": monitor_host}},
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [
+            _target(s["monitoring_alertmanager_listen_address"], int(s["monitoring_alertmanager_port"]))]}]}]},
+        "rule_files": [s["monitoring_rules_file"]],
+        "scrape_configs": scrape,
+    }
+
+
+def _serving_hosts(the_plan):
+    return [h for model in the_plan["groups"].values() for h in model["members"]]
+
+
+# -- alert rules ---------------------------------------------------------------------------------------------------
+
+def _num(value):
+    number = float(value)
+    return ("%d" % number) if number == int(number) else repr(number)
+
+
+def rules(settings):
+    """The alert rules as a mapping (one rule group). Thresholds and `for` durations from the monitoring_alert_* values.
+    Every metric name is one of METRIC_NAMES (tests check it)."""
+    s = settings
+    serving = "dspark_group, dspark_host"
+    alerts = [
+        ("DsparkGroupNotServing",
+         "max by (dspark_group) (up{job=\"dspark_vllm\"}) == 0"
+         " or max by (dspark_group) (dspark_serve_api_healthy{job=\"dspark_node\"}) == 0",
+         s["monitoring_alert_not_serving_for"], "critical",
+         "group {{ $labels.dspark_group }} is not serving",
+         "The head's vLLM /metrics does not answer, or its /health does not answer 200, for %s."
+         % s["monitoring_alert_not_serving_for"]),
+        ("DsparkRouterBackendNoServer",
+         "haproxy_backend_active_servers{job=\"dspark_router\",proxy=\"%s\"} == 0" % s["monitoring_router_backend"],
+         s["monitoring_alert_backend_for"], "critical",
+         "router {{ $labels.dspark_host }}: backend {{ $labels.proxy }} has no server up",
+         "No serving group is in rotation at the router: every request fails."),
+        ("DsparkRankMissing",
+         "min by (%s, dspark_rank) (dspark_serve_container_running{job=\"dspark_node\"}) == 0"
+         " or min by (%s, dspark_rank) (up{job=\"dspark_node\",dspark_group!=\"\"}) == 0" % (serving, serving),
+         s["monitoring_alert_rank_missing_for"], "critical",
+         "group {{ $labels.dspark_group }}: rank {{ $labels.dspark_rank }} on {{ $labels.dspark_host }} is missing",
+         "The rank's container is not running, or its node does not answer; a group serves only with every rank."),
+        ("DsparkKvCacheFull",
+         "max by (dspark_group, model_name) (vllm:kv_cache_usage_perc{job=\"dspark_vllm\"}) > %s"
+         % _num(s["monitoring_alert_kv_cache_usage"]),
+         s["monitoring_alert_kv_cache_for"], "warning",
+         "group {{ $labels.dspark_group }}: KV cache {{ $value | humanizePercentage }} full",
+         "Above %s of the KV cache for %s: new requests wait or preempt running ones."
+         % (_num(s["monitoring_alert_kv_cache_usage"]), s["monitoring_alert_kv_cache_for"])),
+        ("DsparkRequestsWaitingGrowing",
+         "sum by (dspark_group) (vllm:num_requests_waiting{job=\"dspark_vllm\"}) > %s"
+         " and sum by (dspark_group) (delta(vllm:num_requests_waiting{job=\"dspark_vllm\"}[%s])) > 0"
+         % (_num(s["monitoring_alert_waiting_requests"]), s["monitoring_alert_waiting_for"]),
+         s["monitoring_alert_waiting_for"], "warning",
+         "group {{ $labels.dspark_group }}: {{ $value }} requests waiting, and growing",
+         "More than %s requests wait and the queue grew over %s." % (_num(s["monitoring_alert_waiting_requests"]),
+                                                                    s["monitoring_alert_waiting_for"])),
+        ("DsparkTtftP95High",
+         "histogram_quantile(0.95, sum by (dspark_group, le) (rate(vllm:time_to_first_token_seconds_bucket{job=\"dspark_vllm\"}[5m])))"
+         " > %s" % _num(s["monitoring_alert_ttft_p95_seconds"]),
+         s["monitoring_alert_ttft_for"], "warning",
+         "group {{ $labels.dspark_group }}: time to first token p95 {{ $value | humanizeDuration }}",
+         "The 95th percentile of the time to first token over 5 minutes is above %s s."
+         % _num(s["monitoring_alert_ttft_p95_seconds"])),
+        ("DsparkHostMemoryLow",
+         "node_memory_MemAvailable_bytes{job=\"dspark_node\"} < %s" % _num(s["monitoring_alert_memory_available_bytes"]),
+         s["monitoring_alert_memory_for"], "critical",
+         "{{ $labels.dspark_host }}: {{ $value | humanize1024 }}B of memory available",
+         "Unified memory: the GPU's allocations come out of the same RAM, so little available memory means the next "
+         "allocation may fail or the OOM killer may end a rank."),
+        ("DsparkFabricLinkDown",
+         "dspark_fabric_link_up{job=\"dspark_node\"} == 0",
+         s["monitoring_alert_fabric_for"], "critical",
+         "{{ $labels.dspark_host }}: fabric link {{ $labels.interface }} is down",
+         "The ConnectX fabric link of the node is not up: NCCL between the ranks fails."),
+        ("DsparkFabricMtu",
+         "dspark_fabric_mtu_bytes{job=\"dspark_node\"} != %s" % _num(s["monitoring_alert_fabric_mtu"]),
+         s["monitoring_alert_fabric_for"], "warning",
+         "{{ $labels.dspark_host }}: fabric {{ $labels.interface }} MTU {{ $value }}",
+         "The fabric's MTU is not %s (playbooks/fabric.yml sets it)." % _num(s["monitoring_alert_fabric_mtu"])),
+        ("DsparkSupervisorAtCap",
+         "dspark_supervisor_restarts_in_window{job=\"dspark_node\"} >= dspark_supervisor_restart_cap{job=\"dspark_node\"}"
+         " or dspark_supervisor_group_failed{job=\"dspark_node\"} == 1",
+         "0s", "critical",
+         "the supervisor gave up on group {{ $labels.dspark_group }} or reached its restart cap",
+         "dspark-fleet watch restarts a group at most supervisor_max_restarts times in its window; then it marks it "
+         "failed and leaves it (docs/fleet.md)."),
+    ]
+    out = []
+    for name, expr, duration, severity, summary, description in alerts:
+        rule = {"alert": name, "expr": expr}
+        if duration not in ("0s", "0m"):
+            rule["for"] = duration
+        rule["labels"] = {"severity": severity}
+        rule["annotations"] = {"summary": summary, "description": description}
+        out.append(rule)
+    return {"groups": [{"name": "dspark", "rules": out}]}
+
+
+ALERTS = ("DsparkGroupNotServing", "DsparkRouterBackendNoServer", "DsparkRankMissing", "DsparkKvCacheFull",
+          "DsparkRequestsWaitingGrowing", "DsparkTtftP95High", "DsparkHostMemoryLow", "DsparkFabricLinkDown",
+          "DsparkFabricMtu", "DsparkSupervisorAtCap")
+
+# -- alertmanager.yml ----------------------------------------------------------------------------------------------
+
+
+def alertmanager_config(settings):
+    """alertmanager.yml as a mapping: the route and the receivers as given (they may hold secrets: never shown)."""
+    return {"route": dict(settings["monitoring_alertmanager_route"]),
+            "receivers": [dict(r) for r in settings["monitoring_alertmanager_receivers"]]}
+
+
+# -- a node: its textfile collector and its node_exporter firewall -------------------------------------------------
+
+def collector_config(groups, hostvars, host, settings):
+    """The collector's JSON configuration on ``host``: what to read and where (the other roles' defaults where the
+    inventory does not set them)."""
+    hvars = _group_model.host_vars(hostvars, host)
+    g = _group_model.get
+    out = {"textfile_dir": settings["monitoring_textfile_dir"], "roles": []}
+    if host in _hosts(groups, "dspark"):
+        model = fleet(groups, hostvars).get(str(g(hvars, "dspark_group", "")), {"members": [host]})
+        model_id = str(g(hvars, "dspark_model", ""))
+        revision = str(g(hvars, "dspark_model_revision", ""))
+        stamp_dir = str(g(hvars, "checkpoint_manifest_dir", "/var/lib/dspark/checkpoint")).rstrip("/")
+        rank = _group_model.as_int(g(hvars, "dspark_rank"))
+        out["roles"].append("node")
+        out["node"] = {
+            "rank": rank, "group_size": len(model["members"]),
+            "container": str(g(hvars, "serve_container_name", "dspark-vllm")),
+            "compose_file": str(g(hvars, "serve_config_dir", "/etc/dspark/serve")).rstrip("/") + "/compose.yaml",
+            "image": str(g(hvars, "dspark_image", "")),
+            "api_port": _group_model.as_int(g(hvars, "dspark_api_port", DEFAULT_API_PORT)) if rank == 0 else None,
+            "fabric_interface": str(g(hvars, "dspark_fabric_interface", "")),
+            "fabric_hca": str(g(hvars, "dspark_fabric_hca", "")).split(",")[0].split(":")[0],
+            "fabric_address": str(g(hvars, "dspark_fabric_address", "")),
+            "checkpoint_stamp": "%s/models--%s-%s.verified.json" % (stamp_dir, model_id.replace("/", "--"), revision),
+            "model": model_id, "revision": revision,
+        }
+    if host in _hosts(groups, "dspark_supervisor"):
+        out["roles"].append("supervisor")
+        out["supervisor"] = {
+            "journal": settings["monitoring_supervisor_journal"],
+            "max_restarts": _group_model.as_int(g(hvars, "supervisor_max_restarts", 3)),
+            "window_hours": float(g(hvars, "supervisor_window_hours", 6)),
+            "groups": sorted(fleet(groups, hostvars)),
+        }
+    if host in _hosts(groups, "dspark_router"):
+        out["roles"].append("router")
+    if host in monitors(groups):
+        out["roles"].append("monitor")
+    return out
+
+
+TABLE = "dspark_monitor"
+
+
+def firewall(groups, hostvars, host, settings):
+    """table inet dspark_monitor for ``host``: node_exporter's port from loopback and the monitor hosts only. Policy
+    accept (other services and tables untouched); replaced atomically. {'ruleset', 'digest', 'allowed'}."""
+    port = int(settings["monitoring_node_exporter_port"])
+    allowed_v4, allowed_v6 = ["127.0.0.0/8"], ["::1"]
+    for monitor in monitors(groups):
+        addr = _ip(_address(hostvars, monitor))
+        if addr is not None:
+            target = allowed_v4 if addr.version == 4 else allowed_v6
+            if str(addr) not in target:
+                target.append(str(addr))
+    lines = [
+        "# dspark.cluster monitoring firewall of %s, generated by the monitoring role: edits are replaced." % host,
+        "# node_exporter (port %d) from loopback and the monitor hosts only; other tables are untouched." % port,
+        "table inet %s" % TABLE,
+        "delete table inet %s" % TABLE,
+        "table inet %s {" % TABLE,
+        "\tset monitor_v4 {", "\t\ttype ipv4_addr", "\t\tflags interval",
+        "\t\telements = { %s }" % ", ".join(allowed_v4), "\t}",
+        "\tset monitor_v6 {", "\t\ttype ipv6_addr", "\t\tflags interval",
+        "\t\telements = { %s }" % ", ".join(allowed_v6), "\t}",
+        "\tchain input {",
+        "\t\ttype filter hook input priority filter; policy accept;",
+        '\t\tiif "lo" accept',
+        "\t\ttcp dport %d ip saddr @monitor_v4 accept comment \"node_exporter from the monitor\"" % port,
+        "\t\ttcp dport %d ip6 saddr @monitor_v6 accept comment \"node_exporter from the monitor\"" % port,
+        "\t\ttcp dport %d drop comment \"node_exporter from anyone else\"" % port,
+        "\t}",
+        "}",
+    ]
+    ruleset = "\n".join(lines) + "\n"
+    return {"ruleset": ruleset, "digest": hashlib.sha256(ruleset.encode("utf-8")).hexdigest(),
+            "allowed": allowed_v4[1:] + allowed_v6[1:], "table": TABLE}
+
+
+def node_exporter_args(groups, hostvars, host, settings):
+    """ARGS of /etc/default/prometheus-node-exporter: listen on the host's management address (loopback on a monitor
+    that is its own only target) and read the textfile directory."""
+    address = _address(hostvars, host)
+    listen = _target(address, int(settings["monitoring_node_exporter_port"])) if _ip(address) else \
+        ":%d" % int(settings["monitoring_node_exporter_port"])
+    return "--web.listen-address=%s --collector.textfile.directory=%s" % (listen, settings["monitoring_textfile_dir"])
+
+
+# -- the dashboard -------------------------------------------------------------------------------------------------
+
+METRIC_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+# PromQL words that are not metric names (functions, aggregations, keywords, label names used in by/without).
+PROMQL_WORDS = frozenset("""sum max min avg count rate irate increase delta deriv histogram_quantile by without on
+ignoring group_left group_right and or unless bool le offset time vector scalar clamp_min clamp_max abs topk
+bottomk label_replace absent""".split())
+
+
+def expression_metrics(expr):
+    """The metric names an expression reads (label matchers, strings, durations and label lists removed)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\{[^}]*\}", "", text)
+    text = re.sub(r"\[[^\]]*\]", "", text)
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", r"\1", text)
+    names = set()
+    for match in METRIC_RE.finditer(text):
+        word = match.group(0)
+        start = match.start()
+        if word in PROMQL_WORDS or (start > 0 and (text[start - 1].isdigit() or text[start - 1] == ".")):
+            continue
+        if word.startswith("$"):
+            continue
+        names.add(word)
+    return names
+
+
+def base_name(name):
+    """A metric name without a histogram suffix when its base is a known histogram."""
+    for suffix in HISTOGRAM_SUFFIXES:
+        if name.endswith(suffix) and name[:-len(suffix)] in VLLM_METRICS:
+            return name[:-len(suffix)]
+    return name
+
+
+def dashboard_expressions(dashboard):
+    """Every panel's (title, expr) of a Grafana dashboard mapping, rows' nested panels included."""
+    out = []
+    panels = list(dashboard.get("panels") or [])
+    while panels:
+        panel = panels.pop(0)
+        panels += list(panel.get("panels") or [])
+        for target in panel.get("targets") or []:
+            if target.get("expr"):
+                out.append((panel.get("title", ""), target["expr"]))
+    return out
+
+
+# -- one host's view (the filter's answer) -------------------------------------------------------------------------
+
+def host_plan(groups, hostvars, settings, host, credentials_file="/etc/prometheus/dspark-head-token"):
+    """Everything the role needs on ``host``; the configurations only when there is no problem."""
+    the_plan = plan(groups, hostvars, settings)
+    out = {key: the_plan[key] for key in ("problems", "monitors", "exporter_hosts", "heads", "routers")}
+    out.update(prometheus={}, rules={}, collector={}, firewall={}, node_exporter_args="", router_exporter_address="")
+    if the_plan["problems"]:
+        return out
+    token = settings.get("monitoring_head_bearer_token") or ""
+    out["prometheus"] = prometheus_config(the_plan, hostvars, settings, host, credentials_file if token else "")
+    out["rules"] = rules(settings)
+    out["collector"] = collector_config(groups, hostvars, host, settings)
+    out["firewall"] = firewall(groups, hostvars, host, settings)
+    out["node_exporter_args"] = node_exporter_args(groups, hostvars, host, settings)
+    out["router_exporter_address"] = "127.0.0.1" if host in the_plan["monitors"] else _address(hostvars, host)
+    return out
