@@ -386,8 +386,8 @@ def rules(settings):
          % (_num(s["monitoring_alert_waiting_requests"]), s["monitoring_alert_waiting_for"]),
          s["monitoring_alert_waiting_for"], "warning",
          "group {{ $labels.dspark_group }}: {{ $value }} requests waiting, and growing",
-         "More than %s requests wait and the queue grew over %s." % (_num(s["monitoring_alert_waiting_requests"]),
-                                                                    s["monitoring_alert_waiting_for"])),
+         "More than %s requests wait and the queue grew over %s."
+         % (_num(s["monitoring_alert_waiting_requests"]), s["monitoring_alert_waiting_for"])),
         ("DsparkTtftP95High",
          "histogram_quantile(0.95, sum by (dspark_group, le) (rate(vllm:time_to_first_token_seconds_bucket{job=\"dspark_vllm\"}[5m])))"
          " > %s" % _num(s["monitoring_alert_ttft_p95_seconds"]),
@@ -465,7 +465,7 @@ def collector_config(groups, hostvars, host, settings):
             "image": str(g(hvars, "dspark_image", "")),
             "api_port": _group_model.as_int(g(hvars, "dspark_api_port", DEFAULT_API_PORT)) if rank == 0 else None,
             "fabric_interface": str(g(hvars, "dspark_fabric_interface", "")),
-            "fabric_hca": str(g(hvars, "dspark_fabric_hca", "")).split(",")[0].split(":")[0],
+            "fabric_hca": str(g(hvars, "dspark_fabric_hca", "")).split(",", maxsplit=1)[0].split(":", maxsplit=1)[0],
             "fabric_address": str(g(hvars, "dspark_fabric_address", "")),
             "checkpoint_stamp": "%s/models--%s-%s.verified.json" % (stamp_dir, model_id.replace("/", "--"), revision),
             "model": model_id, "revision": revision,

@@ -83,7 +83,7 @@ def test_a_healthy_head(node):
 
 
 def test_a_broken_node(node, tmp_path):
-    root, _ = node
+    root = node[0]
     (root / "sys/class/net/enp1/operstate").write_text("down\n")
     (root / "sys/class/net/enp1/mtu").write_text("1500\n")
     (root / "sys/class/infiniband/rocep1/ports/1/gids/3").write_text("fe80:0000:0000:0000:0000:0000:0000:0001\n")

@@ -136,7 +136,7 @@ def test_alert_fires_and_does_not_fire(tmp_path, alert):
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(_rules_without_annotations(settings), sort_keys=False))
     series, evals = CASES[alert]
     severity = next(r["labels"]["severity"] for r in mp.rules(settings)["groups"][0]["rules"] if r["alert"] == alert)
-    assert any(not expected for _, expected in evals) and any(expected for _, expected in evals)
+    assert any(not pair[1] for pair in evals) and any(pair[1] for pair in evals)
     test = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
         "interval": "1m", "input_series": series,
         "alert_rule_test": [{"eval_time": when, "alertname": alert,
@@ -205,6 +205,6 @@ def test_the_dashboard_reads_only_known_metrics_and_covers_the_issue():
 def test_every_dashboard_query_parses(tmp_path):
     """Each panel query as a recording rule (Grafana's $group replaced by a regex) through `promtool check rules`."""
     rules = [{"record": "dspark:panel_%d" % i, "expr": expr.replace("$group", ".*")}
-             for i, (_, expr) in enumerate(mp.dashboard_expressions(_dashboard()))]
+             for i, (_title, expr) in enumerate(mp.dashboard_expressions(_dashboard()))]
     (tmp_path / "panels.yml").write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": rules}]}))
     run([PROMTOOL, "check", "rules", "panels.yml"], tmp_path)
