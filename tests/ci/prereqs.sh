@@ -5,8 +5,8 @@
 #   lab   venv + the Docker engine and CLI (docker.io; docker-cli too where the distribution splits it out,
 #         e.g. Debian 13), debootstrap (the node image), OpenSSH client, rsync
 #   test  lab + git and shellcheck (sanity), make, QEMU (the vmlab scenario), nftables, HAProxy (the router's
-#         behaviour test, tests/unit/playbooks/test_router_haproxy.py), Prometheus (promtool: the monitoring role's
-#         alert rule tests, tests/unit/monitoring)
+#         behaviour test, tests/unit/playbooks/test_router_haproxy.py), Prometheus and Alertmanager (promtool, amtool:
+#         the monitoring role's rule and configuration tests, tests/unit/monitoring)
 # Only commands are checked, so a provisioned machine does no apt work and this prints nothing. As root, the
 # missing packages are installed with apt-get; otherwise it stops with the exact command to run.
 # Starting dockerd when no engine answers is lab/lab.sh's job, not this script's.
@@ -78,6 +78,7 @@ check() {
   need haproxy haproxy
   # The monitoring role's alert rules and configuration are tested with promtool (skipped without it).
   need prometheus promtool
+  need prometheus-alertmanager amtool
 }
 
 check

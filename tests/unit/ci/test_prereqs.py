@@ -27,9 +27,10 @@ PROVIDES = {
     "nftables": ["nft"],
     "haproxy": ["haproxy"],
     "prometheus": ["promtool"],
+    "prometheus-alertmanager": ["amtool"],
 }
 LAB = ["docker.io", "debootstrap", "openssh-client", "rsync"]
-TEST_ONLY = ["git", "shellcheck", "make", "qemu-system-x86", "qemu-utils", "nftables", "haproxy", "prometheus"]
+TEST_ONLY = ["git", "shellcheck", "make", "qemu-system-x86", "qemu-utils", "nftables", "haproxy", "prometheus", "prometheus-alertmanager"]
 APT_INSTALL = ["apt-get", "install", "-y", "-qq", "--no-install-recommends"]
 
 
