@@ -27,7 +27,7 @@ VARIABLES = (
     "serve_served_model_name", "serve_host", "serve_recipe_args", "serve_kv_cache_dtype", "serve_block_size",
     "serve_max_model_len", "serve_max_num_seqs", "serve_max_num_batched_tokens", "serve_long_prefill_token_threshold",
     "serve_mtp_num_tokens", "serve_gpu_memory_utilization", "serve_speculative_method", "serve_draft_sample_method",
-    "serve_default_thinking", "serve_extra_args",
+    "serve_default_thinking", "serve_extra_args", "serve_trust_remote_code",
 )
 
 
@@ -59,6 +59,12 @@ def command(values, group):
         raise CommandError("serve command: %s not given. Fix: pass every variable of _serve_command.VARIABLES" % ", ".join(missing))
     v = values
     recipe = _inputs.as_bool(v["serve_recipe_args"]) is True
+    # Only on request (#26): with it, the checkpoint's config.json `auto_map` can name Python files of the checkpoint,
+    # which vLLM then imports and runs. Same place as the recipe's flag, so a group that sets it keeps its command.
+    trust = _inputs.as_bool(v["serve_trust_remote_code"])
+    if trust is None:
+        raise CommandError("serve_trust_remote_code=%r is not a boolean. Fix: set it to true (only for a checkpoint whose "
+                           "config.json auto_map names Python files of the repository) or false" % (v["serve_trust_remote_code"],))
     thinking = v["serve_default_thinking"]
     if recipe and thinking not in THINKING_KWARGS:
         raise CommandError("serve_default_thinking=%r is not a reasoning default. Fix: set it to one of: %s"
@@ -71,7 +77,7 @@ def command(values, group):
             "--revision", v["dspark_model_revision"],
             "--served-model-name", v["serve_served_model_name"],
             "--host", v["serve_host"], "--port", str(v["dspark_api_port"])]
-    if recipe:
+    if trust:
         argv += ["--trust-remote-code"]
     argv += ["--tensor-parallel-size", str(v["dspark_tensor_parallel_size"]), "--pipeline-parallel-size", "1"]
     if recipe:

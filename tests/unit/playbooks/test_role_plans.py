@@ -26,7 +26,9 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "role_plans")
 FIXTURES = os.path.join(HERE, "fixtures")
 ROLES = ("serve", "checkpoint", "nfs_export", "fabric")
 CASES = {
-    "fleet": ["-i", "inventories/lab-fleet/hosts.yml", "-i", os.path.join(HERE, "overlay.yml"), "-e", '{"fabric_bandwidth_test": true}'],
+    "fleet": ["-i", "inventories/lab-fleet/hosts.yml", "-i", os.path.join(HERE, "overlay.yml"), "-e",
+              # serve_trust_remote_code: recorded when the recipe always passed --trust-remote-code (#26: on request).
+              '{"fabric_bandwidth_test": true, "serve_trust_remote_code": true}'],
 }
 
 

@@ -27,7 +27,9 @@ CASES = {
         "serve_gpu_memory_utilization": 0.9, "serve_extra_args": ["--enforce-eager", "--seed", "1"]})],
     "fleet_recipe_strings": ["-i", "inventories/lab-fleet/hosts.yml", "-e", json.dumps({
         "serve_recipe_args": "true", "serve_default_thinking": "off", "serve_max_num_seqs": "3", "serve_mtp_num_tokens": "7",
-        "serve_gpu_memory_utilization": "0.9", "serve_speculative_method": "mtp", "serve_extra_args": ["--seed", "2"]})],
+        "serve_gpu_memory_utilization": "0.9", "serve_speculative_method": "mtp", "serve_extra_args": ["--seed", "2"],
+        # Recorded when the recipe always passed it; now only on request (#26).
+        "serve_trust_remote_code": "yes"})],
     # The model and its revision are files the lab writes when it comes up (.lab/model/): given here as the lab writes
     # them, so that the case renders on a fresh checkout before any lab ran.
     "real": ["-i", "inventories/lab-real/hosts.yml", "-e", json.dumps({

@@ -226,7 +226,7 @@ def test_malformed_insecure_registries_are_refused(tmp_path):
     assert "Nothing was changed" in output
 
 
-RECIPE_ONLY = ("--trust-remote-code", "--kv-cache-dtype", "--block-size", "--speculative-config", "--tokenizer-mode",
+RECIPE_ONLY = ("--kv-cache-dtype", "--block-size", "--speculative-config", "--tokenizer-mode",
                "--moe-backend", "--reasoning-parser", "--enable-flashinfer-autotune", "--gpu-memory-utilization")
 
 
@@ -235,6 +235,7 @@ def test_recipe_flags_on_by_default_and_only_the_portable_launch_without_them(be
     recipe's DeepSeek-V4/GB10 flags, and keeps serve_extra_args last."""
     recipe = unescape(compose(benign, "tpl-worker")["services"]["vllm"]["command"])
     assert all(flag in recipe for flag in RECIPE_ONLY)
+    assert "--trust-remote-code" not in recipe  # only with serve_trust_remote_code (#26)
     run, out = render(tmp_path, {"serve_recipe_args": False, "serve_extra_args": ["--dtype", "float32"]})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     portable = unescape(compose(out, "tpl-worker")["services"]["vllm"]["command"])

@@ -14,7 +14,7 @@ VALUES = {
     "serve_kv_cache_dtype": "fp8", "serve_block_size": 256, "serve_max_model_len": 4096, "serve_max_num_seqs": "6",
     "serve_max_num_batched_tokens": 8192, "serve_long_prefill_token_threshold": 1024, "serve_mtp_num_tokens": 5,
     "serve_gpu_memory_utilization": 0.835, "serve_speculative_method": "dspark", "serve_draft_sample_method": "probabilistic",
-    "serve_default_thinking": "high", "serve_extra_args": ["--seed", "1"],
+    "serve_default_thinking": "high", "serve_extra_args": ["--seed", "1"], "serve_trust_remote_code": False,
 }
 GROUP = {"size": 2, "master_address": "10.0.0.1", "master_port": 25000, "is_head": False}
 
@@ -38,6 +38,16 @@ def test_without_the_recipe_only_the_common_flags():
         "--max-num-batched-tokens", "8192"]
 
 
+@pytest.mark.parametrize("recipe", [True, False])
+def test_trust_remote_code_only_on_request(recipe):
+    """#26: never implied by the recipe's flags; when asked for, in the recipe's place (after --port), so a group that
+    sets it keeps the command (and the config hash) it had when the recipe always passed it."""
+    off = _serve_command.command(dict(VALUES, serve_recipe_args=recipe), GROUP)
+    on = _serve_command.command(dict(VALUES, serve_recipe_args=recipe, serve_trust_remote_code="true"), GROUP)
+    assert "--trust-remote-code" not in off
+    assert on == off[:11] + ["--trust-remote-code"] + off[11:]
+
+
 @pytest.mark.parametrize("value, number", [(6, 6), ("6", 6), ("6.7", 6), (6.9, 6), ("six", 0), (None, 0), (True, 1)])
 def test_jinja_int(value, number):
     assert _serve_command.jinja_int(value) == number
@@ -47,6 +57,7 @@ def test_jinja_int(value, number):
     (dict(VALUES, serve_default_thinking="medium"), "serve_default_thinking='medium' is not a reasoning default. Fix: "),
     (dict(VALUES, serve_extra_args="--seed 1"), "serve_extra_args='--seed 1' is not a list. Fix: "),
     ({"dspark_model": "x"}, "dspark_model_revision"),
+    (dict(VALUES, serve_trust_remote_code="maybe"), "serve_trust_remote_code='maybe' is not a boolean. Fix: "),
 ])
 def test_bad_inputs_name_the_variable_and_the_fix(values, text):
     with pytest.raises(AnsibleFilterError) as raised:
