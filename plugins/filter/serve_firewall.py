@@ -15,8 +15,9 @@ author: dspark.cluster contributors (@dspark-cluster)
 description:
   - Renders C(table inet dspark_serve) for the host a group model is seen from. Loopback, established traffic and SSH
     are accepted; the group's fabric peers on every port (rendezvous and engine ports); the API port from the allowed
-    networks, loopback and the routers; the API and master ports from anyone else are dropped, and so is any other
-    traffic to the host's fabric address.
+    networks, loopback and the routers; the API and master ports from anyone else are dropped (IPv4 and IPv6), and so
+    is any other traffic to the host's fabric address and every new IPv6 packet that arrives on a fabric interface.
+  - Without a fabric interface name only the API and master ports are closed over IPv6, and C(notes) says why.
   - The ruleset replaces the table atomically when given to C(nft -f) and leaves every other table alone.
 options:
   _input:
@@ -38,18 +39,26 @@ options:
     type: list
     elements: str
     default: []
+  fabric_interfaces:
+    description:
+      - The host's fabric interfaces by variable (C(dspark_fabric_interface), C(fabric_secondary_interface)), or a list
+        of names; empty values are skipped. Every new IPv6 packet arriving on them is dropped (SSH excepted).
+    type: raw
 """
 
 EXAMPLES = r"""
 - name: Plan the firewall of this rank
   ansible.builtin.set_fact:
-    _serve_fw: "{{ _serve_group | dspark.cluster.serve_firewall(serve_api_allowed_cidrs, serve_firewall_ssh_ports) }}"
+    _serve_fw: >-
+      {{ _serve_group | dspark.cluster.serve_firewall(serve_api_allowed_cidrs, serve_firewall_ssh_ports, [],
+                                                     {'dspark_fabric_interface': dspark_fabric_interface}) }}
 """
 
 RETURN = r"""
 _value:
   description: C(ruleset) (the nft file), C(digest) (its sha256), C(problems) (lines naming variable, value and fix;
-    no ruleset when there are any), C(peers), C(api_v4), C(api_v6), C(ports), C(table).
+    no ruleset when there are any), C(notes) (what the table cannot cover and why), C(fabric_interfaces), C(peers),
+    C(api_v4), C(api_v6), C(ports), C(table).
   type: dict
 """
 
@@ -63,8 +72,9 @@ def _router_address(router):
     return router.get("dspark_mgmt_address") or router.get("ansible_host") or router.get("inventory_hostname")
 
 
-def serve_firewall(model, api_allowed_cidrs=None, ssh_ports=(22,), routers=()):
-    return _serve_firewall.plan(model, api_allowed_cidrs or [], ssh_ports, [_router_address(r) for r in routers or []])
+def serve_firewall(model, api_allowed_cidrs=None, ssh_ports=(22,), routers=(), fabric_interfaces=None):
+    return _serve_firewall.plan(model, api_allowed_cidrs or [], ssh_ports, [_router_address(r) for r in routers or []],
+                                fabric_interfaces=fabric_interfaces)
 
 
 class FilterModule:

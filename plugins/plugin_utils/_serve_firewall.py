@@ -10,7 +10,18 @@ services are untouched; a drop here is final whatever other tables accept):
 - the group's fabric peers (their dspark_fabric_address) are accepted on every port: the rendezvous (master) port
   and the engine's other ports (NCCL/Gloo bootstrap and ZMQ sockets on ephemeral ports, bound to the fabric address);
 - the API port is accepted from serve_api_allowed_cidrs (plus loopback and the fleet's routers), then dropped;
-- the master port is dropped from anyone else, and so is anything else addressed to this node's fabric address.
+- the master port is dropped from anyone else, and so is anything else addressed to this node's fabric address;
+- IPv6 (issue #26 point 5): the fabric speaks IPv4 only, so every new IPv6 packet that arrives on a fabric interface
+  (iifname: dspark_fabric_interface, fabric_secondary_interface) is dropped, SSH excepted (always open); the fabric role
+  turns IPv6 off there too (fabric_ipv6_disable). The API and master port rules are family-neutral (inet): an IPv6
+  stranger is dropped there as an IPv4 one is. Without a known interface name (serve run without preflight, which
+  requires it) only those ports are closed over IPv6, and ``notes`` says why.
+
+Policy for the management address (and any address other than the fabric one): the table drops the API port for
+strangers and the rendezvous port for everyone but the fabric peers, in both families. It leaves the engine's other,
+ephemeral listeners alone there: their ports are chosen at run time (NCCL/Gloo/ZMQ bind port 0), so no rule written
+before the start can name them, and vLLM binds them to VLLM_HOST_IP (the fabric address, closed above); a listener on
+the wildcard address is reachable over the management network, which the operator restricts (docs/security.md).
 
 The file replaces the table atomically (`table`, `delete table`, `table {...}` in one nft transaction).
 """
@@ -19,9 +30,14 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 
 TABLE = "dspark_serve"
 LOOPBACK = ("127.0.0.0/8", "::1/128")
+# Linux interface names as the fabric role accepts them (plugin_utils/_fabric_plan.IFNAME_RE); nft quotes them.
+IFNAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+# The variables that name a node's fabric interfaces, in the order the table lists them.
+FABRIC_INTERFACE_VARS = ("dspark_fabric_interface", "fabric_secondary_interface")
 
 
 def _networks(values, var, problems):
@@ -68,6 +84,32 @@ def _address(value):
     return str(addr) if addr.version == 4 else None
 
 
+def _interfaces(fabric_interfaces, host, problems):
+    """The fabric interface names to close to IPv6, from {variable: name} (or a list of names); empty ones skipped."""
+    if fabric_interfaces is None:
+        return []
+    if isinstance(fabric_interfaces, dict):
+        items = [(var, fabric_interfaces.get(var)) for var in FABRIC_INTERFACE_VARS if var in fabric_interfaces]
+        items += [(var, value) for var, value in fabric_interfaces.items() if var not in FABRIC_INTERFACE_VARS]
+    elif isinstance(fabric_interfaces, (list, tuple)):
+        items = [("fabric interface", value) for value in fabric_interfaces]
+    else:
+        problems.append("%s: the fabric interfaces %r are not a list of names. Fix: pass dspark_fabric_interface (and "
+                        "fabric_secondary_interface) as a list or a mapping" % (host, fabric_interfaces))
+        return []
+    names = []
+    for var, value in items:
+        if value is None or str(value).strip() == "":
+            continue
+        if not isinstance(value, str) or not IFNAME_RE.match(value):
+            problems.append("%s: %s=%r is not a Linux interface name (1-15 of A-Za-z0-9_.-); the firewall drops IPv6 on "
+                            "the fabric interface by its name. Fix: set the netdev that carries the fabric address, e.g. "
+                            "enp1s0f1np1" % (host, var, value))
+        elif value not in names:
+            names.append(value)
+    return names
+
+
 def _set(name, kind, elements, interval=False):
     lines = ["\tset %s {" % name, "\t\ttype %s" % kind]
     if interval:
@@ -78,11 +120,15 @@ def _set(name, kind, elements, interval=False):
     return lines
 
 
-def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE):
-    """{'ruleset', 'digest', 'problems', 'peers', 'api_v4', 'api_v6', 'ports'} for the host of a group model.
+def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, fabric_interfaces=None):
+    """{'ruleset', 'digest', 'problems', 'notes', 'peers', 'api_v4', 'api_v6', 'ports', 'fabric_interfaces'} for the
+    host of a group model.
 
     model: the filter dspark.cluster.group_model's answer seen from the host (addresses, peers, host, ports).
     api_allowed_cidrs: serve_api_allowed_cidrs; routers: addresses of the fleet's router hosts (each a /32 or /128).
+    fabric_interfaces: {variable: interface name} (dspark_fabric_interface, fabric_secondary_interface) or a list of
+    names; every new IPv6 packet arriving on them is dropped. None or no name: only the API and master ports are
+    closed over IPv6 (the family-neutral rules), and ``notes`` says why.
     """
     problems = []
     addresses = model.get("addresses") or {}
@@ -105,6 +151,13 @@ def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE):
         if not found:
             problems.append("group %s: dspark_%s=%r is not a TCP port. Fix: use 1-65535" % (model.get("group"), name, model.get(name)))
         ports[name] = found[0] if found else None
+    interfaces = _interfaces(fabric_interfaces, host, problems)
+    notes = []
+    if not interfaces:
+        notes.append("%s: dspark_fabric_interface is not set, so the firewall cannot drop IPv6 on the fabric interface by "
+                     "its name: over IPv6 it closes only the API and rendezvous ports (as over IPv4), and the engine's "
+                     "other ports rely on the fabric role's fabric_ipv6_disable. Fix: set dspark_fabric_interface (preflight "
+                     "and the fabric role need it too)" % host)
     ssh = _ports(ssh_ports, "serve_firewall_ssh_ports", problems)
     if not ssh:
         problems.append("serve_firewall_ssh_ports=%r opens no SSH port: the firewall would lock Ansible out. Fix: list the "
@@ -124,8 +177,8 @@ def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE):
             target.append(str(addr))
     # nft refuses overlapping intervals in one set: merge them (sorted, each network once).
     api_v4, api_v6 = _collapse(api_v4), _collapse(api_v6)
-    result = {"problems": problems, "peers": peers, "api_v4": api_v4, "api_v6": api_v6, "ports": dict(ports, ssh=ssh),
-              "ruleset": "", "digest": "", "table": table}
+    result = {"problems": problems, "notes": notes, "fabric_interfaces": interfaces, "peers": peers, "api_v4": api_v4,
+              "api_v6": api_v6, "ports": dict(ports, ssh=ssh), "ruleset": "", "digest": "", "table": table}
     if problems:
         return result
     api, master = ports["api_port"], ports["master_port"]
@@ -145,6 +198,11 @@ def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE):
         '\t\tiif "lo" accept',
         "\t\tct state established,related accept",
         "\t\ttcp dport { %s } accept comment \"SSH, always open\"" % ", ".join(str(p) for p in ssh),
+    ]
+    if interfaces:
+        lines.append("\t\tmeta nfproto ipv6 iifname { %s } drop comment \"IPv6 on the fabric: the group speaks IPv4 there\""
+                     % ", ".join('"%s"' % name for name in interfaces))
+    lines += [
         "\t\tip saddr @fabric_peers accept comment \"the group's fabric peers: rendezvous and engine ports\"",
         "\t\ttcp dport %d ip saddr @api_allowed_v4 accept comment \"API from serve_api_allowed_cidrs\"" % api,
         "\t\ttcp dport %d ip6 saddr @api_allowed_v6 accept comment \"API from serve_api_allowed_cidrs\"" % api,
