@@ -288,6 +288,65 @@ GLOO_PEER_CLOSED = ('[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/p
                     'before reporting an error. GLHF! \U0001f3d6\ufe0f')
 
 
+# --------------------------------------------------------------------------- /metrics
+
+# The SIMULATOR's /metrics imitates vLLM 0.32.0's exposition (prometheus_client's text format): the names, HELP texts,
+# labels (engine, model_name) and kinds of vllm/v1/metrics/loggers.py, and the TTFT histogram with the bucket bounds of
+# vllm/v1/metrics/buckets.py TIME_TO_FIRST_TOKEN_BUCKETS (plugins/plugin_utils/_monitoring_plan.py cites both; the
+# unit tests compare these bounds with its VLLM_TTFT_BUCKETS). Only a few series; waiting and KV usage stay 0.
+METRICS_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                        20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+
+
+class TtftHistogram:
+    """vllm:time_to_first_token_seconds: counts per bucket, their sum and count (thread-safe)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.counts = [0] * (len(METRICS_TTFT_BUCKETS) + 1)     # the last one is +Inf
+        self.total = 0.0
+
+    def observe(self, seconds):
+        with self.lock:
+            index = next((i for i, bound in enumerate(METRICS_TTFT_BUCKETS) if seconds <= bound),
+                         len(METRICS_TTFT_BUCKETS))
+            self.counts[index] += 1
+            self.total += seconds
+
+    def lines(self, labels):
+        name = 'vllm:time_to_first_token_seconds'
+        with self.lock:
+            counts, total = list(self.counts), self.total
+        out = ['# HELP {0} Histogram of time to first token in seconds.'.format(name),
+               '# TYPE {0} histogram'.format(name)]
+        running = 0
+        for bound, count in zip([repr(b) for b in METRICS_TTFT_BUCKETS] + ['+Inf'], counts):
+            running += count
+            out.append('{0}_bucket{{engine="{1}",le="{2}",model_name="{3}"}} {4!r}'.format(
+                name, labels[0], bound, labels[1], float(running)))
+        out.append('{0}_count{{engine="{1}",model_name="{2}"}} {3!r}'.format(name, labels[0], labels[1], float(running)))
+        out.append('{0}_sum{{engine="{1}",model_name="{2}"}} {3!r}'.format(name, labels[0], labels[1], total))
+        return out
+
+
+def metrics_text(model, running, counters, ttft):
+    """The SIMULATOR's /metrics body (vLLM 0.32.0's names and format; see METRICS_TTFT_BUCKETS)."""
+    lab = '{{engine="0",model_name="{0}"}}'.format(model)
+    lines = ['# dspark-lab vLLM SIMULATOR metrics, not vLLM (they imitate vLLM 0.32.0\'s exposition)']
+    for name, kind, text, value in (
+            ('vllm:num_requests_running', 'gauge', 'Number of requests in model execution batches.', running),
+            ('vllm:num_requests_waiting', 'gauge', 'Number of requests waiting to be processed.', 0),
+            ('vllm:kv_cache_usage_perc', 'gauge', 'KV-cache usage. 1 means 100 percent usage.', 0),
+            ('vllm:prompt_tokens_total', 'counter', 'Number of prefill tokens processed.', counters['prompt']),
+            ('vllm:generation_tokens_total', 'counter', 'Number of generation tokens processed.',
+             counters['generation']),
+            ('vllm:request_success_total', 'counter', 'Count of successfully processed requests.',
+             counters['success'])):
+        lines += ['# HELP {0} {1}'.format(name, text), '# TYPE {0} {1}'.format(name, kind),
+                  '{0}{1} {2!r}'.format(name, lab, float(value))]
+    return '\n'.join(lines + ttft.lines(('0', model))) + '\n'
+
+
 def env_float(name, default):
     raw = os.environ.get(name, '')
     try:
@@ -687,6 +746,7 @@ class Simulator:
         self.engine_dead = False
         self.requests_running = 0
         self.counters = {'prompt': 0, 'generation': 0, 'success': 0}
+        self.ttft = TtftHistogram()
         self.counter_lock = threading.Lock()
         self.wedge_started = threading.Event()
         self.store_started = None
@@ -1516,18 +1576,7 @@ class Simulator:
                 self.send_json(404, {'detail': 'Not Found'})
 
             def send_metrics(self):
-                name = sim.served[0]
-                lab = '{{engine="0",model_name="{0}"}}'.format(name)
-                lines = [
-                    '# SIMULATOR metrics (dspark-lab), not vLLM',
-                    'vllm:num_requests_running{0} {1}'.format(lab, sim.requests_running),
-                    'vllm:num_requests_waiting{0} 0'.format(lab),
-                    'vllm:kv_cache_usage_perc{0} 0.0'.format(lab),
-                    'vllm:prompt_tokens_total{0} {1}'.format(lab, sim.counters['prompt']),
-                    'vllm:generation_tokens_total{0} {1}'.format(lab, sim.counters['generation']),
-                    'vllm:request_success_total{0} {1}'.format(lab, sim.counters['success']),
-                ]
-                body = ('\n'.join(lines) + '\n').encode()
+                body = metrics_text(sim.served[0], sim.requests_running, sim.counters, sim.ttft).encode()
                 self.send_response(200)
                 self.send_header('Content-Type', 'text/plain; version=0.0.4')
                 self.send_header('Content-Length', str(len(body)))
@@ -1535,6 +1584,7 @@ class Simulator:
                 self.wfile.write(body)
 
             def completion(self, chat):
+                started = time.monotonic()
                 body = self.read_body()
                 if body is ValueError or not isinstance(body, dict):
                     return self.error(400, 'Invalid JSON body', 'BadRequestError')
@@ -1576,6 +1626,8 @@ class Simulator:
                     sim.counters['prompt'] += prompt_tokens
                     sim.counters['generation'] += len(out)
                     sim.counters['success'] += 1
+                if out:     # /metrics: the first token comes after one token's time
+                    sim.ttft.observe(time.monotonic() - started + sim.token_seconds)
                 rid = self.headers.get('X-Request-Id') or uuid.uuid4().hex[:16]
                 if body.get('stream'):
                     return self.stream(chat, rid, model, out, finish)

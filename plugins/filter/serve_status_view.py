@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 name: serve_status_view
-short_description: A serving group's status from its ranks' containers, the rank that failed first leading
+short_description: A serving group's status from its ranks' containers, the rank that failed first leading, and its engine's numbers
 version_added: 0.1.0
 author: dspark.cluster contributors (@dspark-cluster)
 description:
@@ -17,6 +17,7 @@ description:
     tp_ranks' rule - the one that ended first when docker knows when every ended one finished, else the only one
     killed (exit code 137 or OOMKilled), else the only one that ended while another rank runs - and the other ranks
     as its consequences.
+  - With O(metrics), the head's vLLM C(/metrics) text reduced to the numbers C(dspark-fleet status) shows.
 options:
   _input:
     description: The group's hosts, in order.
@@ -34,18 +35,27 @@ options:
     type: list
     elements: dict
     required: true
+  metrics:
+    description:
+      - The head's C(GET /metrics) as M(ansible.builtin.uri) registered it (with C(return_content)), parsed here on
+        the controller (C(plugin_utils/_vllm_metrics.py)) into the engine's numbers - requests running and waiting,
+        KV cache usage and the time to first token p95 since the engine started. Omitted or null when not read.
+    type: dict
+    required: false
 """
 
 EXAMPLES = r"""
 - name: Name the rank that failed first
   ansible.builtin.set_fact:
-    _serve_status_view: "{{ _serve_members | dspark.cluster.serve_status_view(ranks, containers) }}"
+    _serve_status_view: "{{ _serve_members | dspark.cluster.serve_status_view(ranks, containers, metrics=_metrics_get) }}"
 """
 
 RETURN = r"""
 _value:
   description: C(rows) (per rank host, rank, state, ended, running, exit_code, killed, finished, label),
-    C(first_failure) (the row of the rank that failed first, or null) and C(text) (the failure's lead, or empty).
+    C(first_failure) (the row of the rank that failed first, or null), C(text) (the failure's lead, or empty),
+    C(metrics) (source, window, running, waiting, kv_cache_usage, kv_cache_metric, ttft_p95_s, ttft_requests, models,
+    engines; null when the head's /metrics was not read or not vLLM's) and C(metrics_reason) (why it is null).
   type: dict
 """
 

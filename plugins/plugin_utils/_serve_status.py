@@ -3,13 +3,15 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """playbooks/status.yml's view of a group (roles/serve/tasks/status.yml): each rank's container as `docker inspect`
 gave it, the rank that failed first by tp_ranks' own rule (_tp_assess.first_failure) and the text of the group's
-failure, which leads with that rank and marks the others as its consequences. Pure: no Ansible imports, no I/O."""
+failure, which leads with that rank and marks the others as its consequences, and the engine's numbers from the head's
+/metrics (_vllm_metrics). Pure: no Ansible imports, no I/O."""
 
 from __future__ import annotations
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_assess import (
     container_killed, docker_time, first_failure)
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_plan import as_int
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _vllm_metrics
 
 ENDED = ('exited', 'dead')
 
@@ -44,8 +46,12 @@ def row(host, rank, container):
             'finished': _padded(container.get('finished_at')) if ended else '', 'label': label}
 
 
-def view(hosts, ranks, containers):
-    """The group's hosts, their ranks and containers (same order) -> {rows, first_failure (a row or None), text}.
+def view(hosts, ranks, containers, metrics=None):
+    """The group's hosts, their ranks and containers (same order) -> {rows, first_failure (a row or None), text,
+    metrics, metrics_reason}.
+
+    metrics: the head's GET /metrics as ansible.builtin.uri registered it (None: not read) -> `metrics` the engine's
+    numbers (_vllm_metrics.summary) or None, `metrics_reason` why they are None.
 
     text: 'rank R on H failed first: its container LABEL at T; rank Q on G: lost its peer rank R (consequence); '
     ('' when the containers cannot tell which failed first: the logs decide then, see tp_ranks)."""
@@ -63,4 +69,5 @@ def view(hosts, ranks, containers):
         text += ''.join(' rank %s on %s: lost its peer rank %s (consequence);' % (r['rank'], r['host'], first['rank'])
                         for r in rows if r['host'] != first['host'])
         text += ' '
-    return {'rows': rows, 'first_failure': first, 'text': text}
+    numbers, reason = _vllm_metrics.from_response(metrics)
+    return {'rows': rows, 'first_failure': first, 'text': text, 'metrics': numbers, 'metrics_reason': reason}
