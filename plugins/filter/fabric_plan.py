@@ -29,7 +29,7 @@ options:
     type: str
     required: true
     choices: [input_problems, links, pre_args, post_interfaces, backend, container, backend_problems, live_differs, rings,
-              sysctls_differ, rank_env, ping_peers, bw_links, bandwidth, server_timeout, bw_results, bw_low,
+              sysctls_differ, sysctl_keys, ipv6_sysctls, rank_env, ping_peers, bw_links, bandwidth, server_timeout, bw_results, bw_low,
               check_problems, check_result, report, summary, files, apply_script]
   hostvars:
     description: The play's C(hostvars), for what the members published (C(ping_peers), C(bandwidth), C(report)).
@@ -53,7 +53,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _group_model
 
 _PLAIN = ("input_problems", "links", "pre_args", "post_interfaces", "backend", "container", "backend_problems", "live_differs", "rings",
-          "sysctls_differ", "rank_env", "bw_links", "server_timeout", "bw_results", "bw_low", "check_problems", "check_result", "summary",
+          "sysctls_differ", "sysctl_keys", "ipv6_sysctls", "rank_env", "bw_links", "server_timeout", "bw_results", "bw_low", "check_problems", "check_result", "summary",
           "files", "apply_script")
 
 

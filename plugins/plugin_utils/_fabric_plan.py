@@ -353,10 +353,45 @@ def rings(inputs):
     return out
 
 
+def ipv6_sysctls(inputs):
+    """{key: 1} that turns IPv6 off on each fabric link when fabric_ipv6_disable is true (issue #26 point 5), else {}.
+
+    The fabric speaks IPv4 only (addresses, RoCE v2 GIDs of IPv4-mapped form, NCCL_IB_ADDR_FAMILY=AF_INET), so an IPv6
+    address there only adds a way in. A name with a dot (a VLAN, eth1.100) is written with "/" separators, which
+    sysctl.d and procps keep as they are. inputs: ipv6_disable, fabric_links (the plan's) or the link inputs, and the
+    node's read (live_sysctls, else pre.sysctls).
+    """
+    if _inputs.as_bool(inputs.get("ipv6_disable")) is not True:
+        return {}
+    # What the node read (fabric_check): a key it found missing (a kernel booted without IPv6) has nothing to turn
+    # off, and `sysctl -p` fails on a missing key.
+    live = inputs.get("live_sysctls")
+    if live is None:
+        live = (inputs.get("pre") or {}).get("sysctls")
+    live = live if isinstance(live, dict) else {}
+    out = {}
+    for link in inputs.get("fabric_links") or links(inputs):
+        name = str(link.get("name") or "")
+        key = ("net/ipv6/conf/%s/disable_ipv6" if "." in name else "net.ipv6.conf.%s.disable_ipv6") % name
+        if IFNAME_RE.match(name) and not (key in live and live[key] is None):
+            out[key] = 1
+    return out
+
+
+def sysctl_keys(inputs):
+    """The sysctls fabric_check reads before the change: fabric_sysctls, and the fabric links' disable_ipv6 (a name
+    with a dot is left out: fabric_check reads a key by turning its dots into slashes)."""
+    return list(inputs.get("sysctls") or {}) + [key for key in ipv6_sysctls(dict(inputs, live_sysctls={})) if "/" not in key]
+
+
 def sysctls_differ(inputs):
-    """Whether a live sysctl differs from fabric_sysctls (whitespace collapsed, as the kernel prints tabs)."""
+    """Whether a live sysctl differs from fabric_sysctls or a fabric link's disable_ipv6 (whitespace collapsed, as the
+    kernel prints tabs). A disable_ipv6 that does not exist (a kernel without IPv6) needs nothing."""
     live = (inputs.get("pre") or {}).get("sysctls") or {}
-    return any(" ".join(str(value).split()) != live.get(key, "") for key, value in (inputs.get("sysctls") or {}).items())
+    if any(" ".join(str(value).split()) != live.get(key, "") for key, value in (inputs.get("sysctls") or {}).items()):
+        return True
+    return any(live.get(key) is not None and live.get(key) != str(value) for key, value in ipv6_sysctls(inputs).items()
+               if key in live)
 
 
 def rank_env(inputs):
@@ -519,6 +554,12 @@ def summary(inputs):
 # (was Jinja in roles/fabric/tasks/plan_files.yml, its templates and handlers/main.yml). Their inputs are the values the
 # role decided before (backend, in_container, fabric_links, rings, mtu) and the role's file paths, under these keys.
 
+def link_local(inputs):
+    """Whether the fabric links keep an IPv6 link-local address: fabric_ipv6_link_local, never with fabric_ipv6_disable
+    (networkd and NetworkManager turn IPv6 back on for a link whose configuration asks for a link-local address)."""
+    return _inputs.as_bool(inputs.get("ipv6_link_local")) is True and _inputs.as_bool(inputs.get("ipv6_disable")) is not True
+
+
 def netplan_lines(inputs):
     """The ethernets of the netplan file: one block per fabric link, the renderer set per interface."""
     renderer = inputs.get("netplan_renderer")
@@ -529,7 +570,7 @@ def netplan_lines(inputs):
                 "      dhcp4: false",
                 "      dhcp6: false",
                 "      accept-ra: false",
-                "      link-local: %s" % ("[ipv6]" if _inputs.as_bool(inputs.get("ipv6_link_local")) is True else "[]"),
+                "      link-local: %s" % ("[ipv6]" if link_local(inputs) else "[]"),
                 "      mtu: %s" % inputs.get("mtu"),
                 "      addresses: [%s/%s]" % (link["address"], link["prefix"]),
                 "      optional: true"]
@@ -539,8 +580,11 @@ def netplan_lines(inputs):
 
 
 def sysctl_lines(inputs):
-    """``key = value`` per fabric sysctl, sorted by key without case (Jinja's dictsort)."""
-    return ["%s = %s" % (key, value) for key, value in sorted((inputs.get("sysctls") or {}).items(), key=lambda item: str(item[0]).lower())]
+    """``key = value`` per fabric sysctl, sorted by key without case (Jinja's dictsort), then each fabric link's
+    ``disable_ipv6`` with fabric_ipv6_disable, prefixed "-": systemd-sysctl at boot runs before the NIC exists and
+    skips it quietly; udev's systemd-sysctl call sets it when the interface appears."""
+    lines = ["%s = %s" % (key, value) for key, value in sorted((inputs.get("sysctls") or {}).items(), key=lambda item: str(item[0]).lower())]
+    return lines + ["-%s = %s" % (key, value) for key, value in ipv6_sysctls(inputs).items()]
 
 
 def rings_lines(inputs):
@@ -553,8 +597,8 @@ def files(inputs):
     """The files the role writes on this node: kind, dest, mode, src (the template), and what the template prints
     (``link`` for a networkd file, ``lines`` for the netplan, sysctl and rings files; netplan's ``validate`` command).
 
-    inputs: backend, in_container, fabric_links, rings (the plan's), mtu, netplan_renderer, ipv6_link_local, sysctls,
-    memlock, and paths (networkd_dir, networkd_prefix, netplan_file, netplan_validate, sysctl_file, rings_rule, limits_file).
+    inputs: backend, in_container, fabric_links, rings (the plan's), mtu, netplan_renderer, ipv6_link_local, ipv6_disable,
+    live_sysctls (the node's read), sysctls, memlock, and paths (networkd_dir, networkd_prefix, netplan_file, netplan_validate, sysctl_file, rings_rule, limits_file).
     """
     paths = inputs["paths"]
     out = []
