@@ -598,7 +598,8 @@ def files(inputs):
     (``link`` for a networkd file, ``lines`` for the netplan, sysctl and rings files; netplan's ``validate`` command).
 
     inputs: backend, in_container, fabric_links, rings (the plan's), mtu, netplan_renderer, ipv6_link_local, ipv6_disable,
-    live_sysctls (the node's read), sysctls, memlock, and paths (networkd_dir, networkd_prefix, netplan_file, netplan_validate, sysctl_file, rings_rule, limits_file).
+    live_sysctls (the node's read), sysctls, memlock, and paths (networkd_dir, networkd_prefix, netplan_file,
+    netplan_validate, sysctl_file, rings_rule, limits_file).
     """
     paths = inputs["paths"]
     out = []
