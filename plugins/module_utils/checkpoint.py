@@ -337,7 +337,14 @@ def verify(snapshot, manifest, state=None, full=False, jobs=DEFAULT_JOBS, sparse
     """Compare the local snapshot with a manifest; only reads the snapshot.
 
     Returns {ok, missing[], corrupt[{path, reason, expected, actual}], extra[], checked, hashed,
-    fast_path_hits, bytes_hashed}. ``ok`` ignores ``extra`` files (a loader follows the index).
+    fast_path_hits, bytes_hashed}. ``ok`` is false on ``extra`` files too (#26): a file the manifest
+    does not list (planted by whoever holds the copy key, or left by an interrupted receiver) could be
+    read by a loader (a tokenizer file, Python that config.json names), so the snapshot must hold the
+    manifest's files and nothing else. Nothing is exempt: in a cache (``HF_HOME``) huggingface_hub
+    writes only the repository's own files into ``snapshots/<rev>`` (``.gitattributes`` and the like
+    are repository files, so they are in the source's manifest; ``.cache/huggingface/`` exists only
+    in ``--local-dir`` downloads, which the checkpoint role never makes), and the role's own files
+    (manifest, state, verified stamp) live outside the model directory.
     ``state`` (dict) is read for the fast path unless ``full`` and rewritten in place to hold only
     files that verified, so a corrupt or repaired file is always hashed again.
     """
@@ -372,7 +379,7 @@ def verify(snapshot, manifest, state=None, full=False, jobs=DEFAULT_JOBS, sparse
     state.update(verified)
     corrupt.sort(key=lambda c: c['path'])
     return {
-        'ok': not missing and not corrupt,
+        'ok': not missing and not corrupt and not extra,
         'missing': missing,
         'corrupt': corrupt,
         'extra': extra,
@@ -432,17 +439,20 @@ def _names(items, limit):
 
 
 def render_report(result, label='checkpoint', index=None, limit=10):
-    """A few lines naming what is missing or corrupt, so a re-run knows what to repair."""
+    """A few lines naming what is missing, corrupt or not in the manifest, so a re-run knows what to repair."""
     missing = list(result.get('missing', []))
     corrupt = result.get('corrupt', [])
+    extra = list(result.get('extra', []))
     index_missing = [s for s in (index or {}).get('missing', []) if s not in missing]
-    if result.get('ok') and not index_missing:
-        return "%s: OK, %d files verified (%d hashed, %d unchanged since the last verification)%s" % (
-            label, result['checked'], result['hashed'], result['fast_path_hits'],
-            '; %d extra file(s) not in the manifest: %s' % (len(result['extra']), _names(result['extra'], limit))
-            if result.get('extra') else '')
-    lines = ["%s: INCOMPLETE: %d missing, %d corrupt of %d files in the manifest"
-             % (label, len(missing), len(corrupt), result.get('checked', 0) + len(missing))]
+    if result.get('ok') and not extra and not index_missing:
+        return "%s: OK, %d files verified (%d hashed, %d unchanged since the last verification)" % (
+            label, result['checked'], result['hashed'], result['fast_path_hits'])
+    incomplete = missing or corrupt or index_missing
+    lines = ["%s: %s: %d missing, %d corrupt of %d files in the manifest%s"
+             % (label, 'INCOMPLETE' if incomplete else 'UNEXPECTED FILES', len(missing), len(corrupt),
+                result.get('checked', 0) + len(missing), ', %d file(s) not in it' % len(extra) if extra else '')]
+    if extra:
+        lines.append("not in the manifest: " + _names(extra, limit))
     if missing:
         lines.append("missing: " + _names(missing, limit))
     if corrupt:
@@ -450,5 +460,87 @@ def render_report(result, label='checkpoint', index=None, limit=10):
             c['path'], c['reason'], str(c['expected'])[:12], str(c['actual'])[:12]) for c in corrupt], limit))
     if index_missing:
         lines.append("shards named by %s but absent: %s" % (index['index'], _names(index_missing, limit)))
-    lines.append("copy the named files again from the source, then re-run the verification")
+    if incomplete:
+        lines.append("copy the named files again from the source, then re-run the verification")
+    if extra:
+        lines.append("files not in the manifest fail the verification (planted, or left by an interrupted copy): remove "
+                     "them from the snapshot, or re-run the copy (the SCP mode removes them on the target first)")
     return '\n'.join(lines)
+
+
+# --- fast re-check at every start (#26) ------------------------------------------------------------
+
+VERIFIED_FILES_FORMAT = 'dspark.cluster/checkpoint-verified-files'
+# What a start compares, per file, with the verification's record. ctime and the inode cannot be set back by a
+# tool, so content rewritten in place with its mtime restored is noticed too; nothing is read but metadata.
+RECHECK_FIELDS = ('size', 'mtime_ns', 'ctime_ns', 'ino')
+
+
+def stat_table(records):
+    """{path: {size, mtime_ns, ctime_ns, ino}} of scan or state records (sha256 and anything else dropped)."""
+    return dict((rel, dict((k, info[k]) for k in RECHECK_FIELDS))
+                for rel, info in sorted((records or {}).items()) if isinstance(info, dict))
+
+
+def verified_files_document(model, revision, manifest_sha256, files):
+    """The per-node record a verification leaves beside the stamp: what recheck() compares a start with."""
+    return {'format': VERIFIED_FILES_FORMAT, 'version': MANIFEST_VERSION, 'model': model, 'revision': revision,
+            'manifest_sha256': manifest_sha256, 'files': stat_table(files)}
+
+
+def load_verified_files(data, model, revision):
+    """The table of a verified-files document for model@revision; CheckpointError('no_record') otherwise."""
+    if isinstance(data, (bytes, str)):
+        try:
+            data = json.loads(data)
+        except ValueError as e:
+            raise CheckpointError("the verification record is not JSON: %s" % e, 'no_record')
+    if not (isinstance(data, dict) and data.get('format') == VERIFIED_FILES_FORMAT
+            and data.get('version') == MANIFEST_VERSION and isinstance(data.get('files'), dict)):
+        raise CheckpointError("the verification record is not a %s document" % VERIFIED_FILES_FORMAT, 'no_record')
+    if data.get('model') != model or data.get('revision') != revision:
+        raise CheckpointError("the verification record is of %s@%s, not %s@%s" % (
+            data.get('model'), data.get('revision'), model, revision), 'no_record')
+    bad = sorted(p for p, info in data['files'].items()
+                 if not (_safe_relpath(p) and isinstance(info, dict)
+                         and all(isinstance(info.get(k), int) and not isinstance(info.get(k), bool) for k in RECHECK_FIELDS)))
+    if bad:
+        raise CheckpointError("the verification record has malformed entries: %s" % _names(bad, 5), 'no_record')
+    return data
+
+
+def recheck(snapshot, table, root=None):
+    """Compare the snapshot's files with the verification's table by metadata only (one stat per file).
+
+    ``table`` is {path: {size, mtime_ns, ctime_ns, ino}} (stat_table). Returns {ok, changed[{path, fields[]}],
+    missing[], extra[], checked}: ``changed`` names the fields that differ, ``missing`` recorded files that are gone
+    (or dangling links), ``extra`` files the verification never saw. Pure: reads metadata, writes nothing.
+    """
+    files = scan(snapshot, root) if os.path.lexists(snapshot) else {}
+    missing = sorted(p for p in table if files.get(p) is None)
+    extra = sorted(p for p in files if p not in table)
+    changed = []
+    for rel in sorted(table):
+        info = files.get(rel)
+        if info is None:
+            continue
+        fields = [k for k in RECHECK_FIELDS if info[k] != table[rel].get(k)]
+        if fields:
+            changed.append({'path': rel, 'fields': fields})
+    return {'ok': not (missing or extra or changed), 'changed': changed, 'missing': missing, 'extra': extra,
+            'checked': len(table) - len(missing)}
+
+
+def render_recheck(result, label='checkpoint', limit=10):
+    """One line: OK, or what changed since the verification, by name."""
+    if result.get('ok'):
+        return "%s: OK, %d files unchanged since the verification (size, mtime, ctime, inode)" % (label, result['checked'])
+    parts = []
+    if result.get('changed'):
+        parts.append("changed: " + _names(['%s (%s)' % (c['path'], ', '.join(c['fields'])) for c in result['changed']],
+                                          limit))
+    if result.get('missing'):
+        parts.append("missing: " + _names(result['missing'], limit))
+    if result.get('extra'):
+        parts.append("not in the verified checkpoint: " + _names(result['extra'], limit))
+    return "%s: CHANGED SINCE ITS VERIFICATION: %s" % (label, '; '.join(parts))

@@ -19,7 +19,11 @@ description:
     when something other than its creation time changes, so a re-run reports no change.
   - With O(state=verified), run on each target node, the module compares the local snapshot with a
     manifest from O(manifest_path) or O(manifest). It fails and names every missing or corrupt file,
-    so the next copy step knows what to repair.
+    and every file the manifest does not list, so the next copy step knows what to repair.
+  - With O(state=rechecked), run before a start, the module compares each file's size, mtime, ctime and
+    inode with the record a verification left in O(files_path) (RV(files), written beside the
+    checkpoint role's verified stamp). It reads metadata only, one stat per file, and fails naming
+    every changed, missing and unrecorded file.
   - Snapshot entries may be plain files or symlinks into the model's C(blobs/) directory, as in a
     real Hugging Face cache. A symlink that leaves the model directory is never followed and makes
     the module fail.
@@ -29,6 +33,9 @@ description:
   - Sparse regions are hashed as zeros without reading them (C(SEEK_DATA)/C(SEEK_HOLE)). The
     digest is the same as for a plain read.
   - The module only reads the snapshot. It never writes into the model directory.
+  - Nothing in the snapshot is exempt from the check for files the manifest does not list. In a Hugging Face
+    cache, huggingface_hub writes only the repository's files into C(snapshots/<revision>), and the
+    collection's own files (manifest, state, stamp) live outside the model directory.
 author:
   - dspark.cluster contributors (@dspark)
 options:
@@ -56,6 +63,7 @@ options:
       - Manifest file. O(state=built) writes it (mode C(0644)) and its parent directory must exist.
         O(state=verified) reads it.
       - Must be outside the model directory.
+      - Required with O(state=built). O(state=verified) needs it or O(manifest).
     type: path
   manifest:
     description:
@@ -68,12 +76,20 @@ options:
       - Local verification state file (mode C(0644)) that lets unchanged files skip hashing.
       - Defaults to O(manifest_path) with C(.state.json) appended. Must be outside the model directory.
     type: path
+  files_path:
+    description:
+      - For O(state=rechecked), the verification record to compare with. It is a JSON document of format
+        C(dspark.cluster/checkpoint-verified-files) holding C(model), C(revision), C(manifest_sha256) and
+        C(files) (RV(files) of a passed verification).
+      - Required with O(state=rechecked), together with O(revision). Must be outside the model directory.
+    type: path
   state:
     description:
       - V(built) writes the manifest of the local snapshot (source node).
       - V(verified) checks the local snapshot against the manifest (target node).
+      - V(rechecked) compares the local snapshot's file metadata with O(files_path) (before a start).
     type: str
-    choices: [built, verified]
+    choices: [built, verified, rechecked]
     default: verified
   full:
     description:
@@ -95,6 +111,7 @@ attributes:
       - With O(state=built), the manifest is computed and the result reports a change if it would be
         rewritten. Nothing is written.
       - With O(state=verified), the snapshot is verified read-only and the state file is not written.
+      - O(state=rechecked) only reads, in check mode as in a real run.
   diff_mode:
     support: none
     description: The manifest is large and machine-made, so no diff is shown.
@@ -103,14 +120,16 @@ attributes:
     platforms: posix
     description: Needs a POSIX filesystem with symlinks. Sparse-file detection uses C(SEEK_DATA) when available.
 notes:
-  - Files in the snapshot that are not in the manifest are returned in RV(extra) and do not fail the
+  - Files in the snapshot that are not in the manifest are returned in RV(extra) and fail the
     verification.
   - Writing the state file does not count as a change. RV(state_written) tells whether it was written.
   - Error results carry a RV(code). V(incomplete) means files are missing or corrupt. V(incomplete_source)
     means the source snapshot has absent shards or dangling symlinks. V(unsafe_path) means a symlink
     leaves the model directory. V(no_index) and V(malformed_index) report a missing or broken shard index,
     V(malformed_manifest) and V(manifest_mismatch) a bad manifest. V(no_snapshot), V(no_ref), V(bad_ref)
-    and V(invalid_argument) report bad input.
+    and V(invalid_argument) report bad input. With O(state=rechecked), V(changed_since_verification) means
+    files changed, went missing or appeared since the verification, and V(no_record) that O(files_path) is
+    absent or not a record of this model and revision.
 seealso:
   - name: Hugging Face cache layout
     description: How C(hub/models--ORG--NAME) holds refs, snapshots and blobs.
@@ -136,6 +155,14 @@ EXAMPLES = r"""
     cache_dir: "{{ dspark_hf_cache }}"
     manifest: "{{ manifest.manifest }}"
     state_path: /var/lib/dspark/manifests/DeepSeek-V4-Flash.state.json
+
+- name: Before a start, compare every file's metadata with what the verification recorded (read-only)
+  dspark.cluster.checkpoint_manifest:
+    state: rechecked
+    model: deepseek-ai/DeepSeek-V4-Flash
+    revision: "{{ dspark_model_revision }}"
+    cache_dir: "{{ dspark_hf_cache }}"
+    files_path: /var/lib/dspark/checkpoint/models--deepseek-ai--DeepSeek-V4-Flash-{{ dspark_model_revision }}.verified-files.json
 
 - name: Re-hash everything after a suspected disk problem
   dspark.cluster.checkpoint_manifest:
@@ -198,12 +225,14 @@ manifest:
         size: 123
         sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
 ok:
-  description: Whether every file in the manifest is present with the expected size and sha256.
-  returned: state=verified
+  description:
+    - With O(state=verified), whether the snapshot holds exactly the manifest's files with the expected size and sha256.
+    - With O(state=rechecked), whether every recorded file is unchanged and no other file appeared.
+  returned: state=verified or state=rechecked
   type: bool
 missing:
-  description: Manifest paths absent from the snapshot (including dangling symlinks).
-  returned: state=verified
+  description: Manifest (or recorded) paths absent from the snapshot (including dangling symlinks).
+  returned: state=verified or state=rechecked
   type: list
   elements: str
   sample: [model-00002-of-00046.safetensors]
@@ -214,10 +243,27 @@ corrupt:
   elements: dict
   sample: [{"path": "model-00003-of-00046.safetensors", "reason": "sha256", "expected": "ab12...", "actual": "cd34..."}]
 extra:
-  description: Files in the snapshot that the manifest does not list.
-  returned: state=verified
+  description: Files in the snapshot that the manifest (or, with O(state=rechecked), the record) does not list.
+  returned: state=verified or state=rechecked
   type: list
   elements: str
+changed_files:
+  description: With O(state=rechecked), recorded files whose metadata differ, each with the C(fields) that differ.
+  returned: state=rechecked
+  type: list
+  elements: dict
+  sample: [{"path": "model-00003-of-00046.safetensors", "fields": ["mtime_ns", "ctime_ns"]}]
+files:
+  description:
+    - Per file, C(size), C(mtime_ns), C(ctime_ns) and C(ino) as the run saw them (with O(state=verified), of the
+      files that verified). The checkpoint role keeps it beside its stamp for O(state=rechecked).
+  returned: state=built or state=verified
+  type: dict
+  sample: {"config.json": {"size": 123, "mtime_ns": 1700000000000000000, "ctime_ns": 1700000000000000000, "ino": 1234}}
+manifest_sha256:
+  description: With O(state=rechecked), the manifest digest the record names (the same as the stamp's).
+  returned: state=rechecked
+  type: str
 checked:
   description: Manifest files present in the snapshot.
   returned: success
@@ -282,8 +328,12 @@ from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint import (
     read_ref,
     render_report,
     resolve_revision,
+    load_verified_files,
+    recheck,
+    render_recheck,
     same_content,
     snapshot_dir,
+    stat_table,
     state_document,
     state_entries,
     verify,
@@ -322,10 +372,12 @@ def run(module):
     p = module.params
     model = p['model']
     repo = os.path.realpath(model_dir(p['cache_dir'], model))
-    for option in ('manifest_path', 'state_path'):
+    for option in ('manifest_path', 'state_path', 'files_path'):
         # Keep our own files out of the model directory: the snapshot must stay exactly as copied.
         if p[option] and os.path.realpath(p[option]).startswith(repo + os.sep):
             raise CheckpointError('%s %s is inside the model directory %s' % (option, p[option], repo), 'invalid_argument')
+    if p['state'] == 'rechecked':
+        return run_recheck(module, model)
     state_path = p['state_path'] or (p['manifest_path'] + '.state.json' if p['manifest_path'] else None)
 
     stored = None
@@ -378,6 +430,7 @@ def run(module):
         elif not module.check_mode:
             write_atomic(module, p['manifest_path'], dump_json(manifest))
         result.update(stats, changed=changed, manifest=manifest, index=index, checked=manifest['file_count'],
+                      files=stat_table(records),
                       report='%s: manifest of %d files, %d bytes%s' % (
                           label, manifest['file_count'], manifest['total_size'],
                           ' (would be written)' if changed and module.check_mode else ' (written)' if changed else ' (unchanged)'))
@@ -386,7 +439,8 @@ def run(module):
         index = None
         if p['require_index'] and INDEX_FILE not in outcome['missing']:
             index = index_completeness(snap)
-        result.update(outcome, changed=False, index=index, report=render_report(outcome, label, index))
+        result.update(outcome, changed=False, index=index, report=render_report(outcome, label, index),
+                      files=stat_table(records))
 
     new_state = state_document(snap, records)
     if state_path and not module.check_mode and new_state != previous_state:
@@ -402,6 +456,32 @@ def run(module):
     module.exit_json(**result)
 
 
+def run_recheck(module, model):
+    """state=rechecked: the snapshot's metadata against the verification's record; reads only."""
+    p = module.params
+    revision = resolve_revision(p['cache_dir'], model, p['revision'])
+    snap = snapshot_dir(p['cache_dir'], model, revision)
+    label = '%s@%s' % (model, revision[:12])
+    try:
+        with open(p['files_path'], 'rb') as f:
+            text = f.read().decode('utf-8', 'replace')
+    except (IOError, OSError) as e:
+        raise CheckpointError('%s: no verification record at %s (%s): the checkpoint role writes it beside its stamp '
+                              'after a passed verification' % (label, p['files_path'], e.strerror or e), 'no_record')
+    try:
+        record = load_verified_files(text, model, revision)
+    except CheckpointError as e:
+        raise CheckpointError('%s: %s (%s)' % (label, e.message, p['files_path']), e.code)
+    outcome = recheck(snap, record['files'])
+    result = dict(changed=False, model=model, revision=revision, snapshot=snap, files_path=p['files_path'],
+                  manifest_sha256=record.get('manifest_sha256'), ok=outcome['ok'], changed_files=outcome['changed'],
+                  missing=outcome['missing'], extra=outcome['extra'], checked=outcome['checked'],
+                  report=render_recheck(outcome, label))
+    if not outcome['ok']:
+        module.fail_json(msg=result['report'], code='changed_since_verification', **result)
+    module.exit_json(**result)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -411,13 +491,14 @@ def main():
             manifest_path=dict(type='path'),
             manifest=dict(type='dict'),
             state_path=dict(type='path'),
-            state=dict(type='str', default='verified', choices=['built', 'verified']),
+            files_path=dict(type='path'),
+            state=dict(type='str', default='verified', choices=['built', 'verified', 'rechecked']),
             full=dict(type='bool', default=False),
             require_index=dict(type='bool', default=True),
         ),
-        mutually_exclusive=[('manifest_path', 'manifest')],
-        required_one_of=[('manifest_path', 'manifest')],
-        required_if=[('state', 'built', ('manifest_path',))],
+        mutually_exclusive=[('manifest_path', 'manifest'), ('files_path', 'manifest'), ('files_path', 'manifest_path')],
+        required_if=[('state', 'built', ('manifest_path',)), ('state', 'verified', ('manifest_path', 'manifest'), True),
+                     ('state', 'rechecked', ('files_path', 'revision'))],
         supports_check_mode=True,
     )
     try:

@@ -347,14 +347,23 @@ def test_truncated_file(ckpt):
     assert "%s (size: expected 65536, actual 1000)" % SHARD in ck.render_report(r)
 
 
-def test_extra_files_reported_but_ok(ckpt):
+def test_extra_files_fail_the_verification(ckpt):
+    """#26: a file the manifest does not list (planted, or left by an interrupted receiver) fails, by name, with the fix."""
     snap = ckpt["snapshot"]
     m = manifest_of(snap)
     with open(os.path.join(snap, "README.md"), "w") as f:
         f.write("hi")
+    os.makedirs(os.path.join(snap, "sub"))
+    with open(os.path.join(snap, "sub", ".model.py.Ab12Cd"), "w") as f:
+        f.write("import os")
     r = ck.verify(snap, m)
-    assert r["ok"] and r["extra"] == ["README.md"]
-    assert "1 extra file(s) not in the manifest: README.md" in ck.render_report(r)
+    assert not r["ok"] and r["extra"] == ["README.md", "sub/.model.py.Ab12Cd"]
+    assert not r["missing"] and not r["corrupt"]
+    report = ck.render_report(r)
+    assert report.startswith("checkpoint: UNEXPECTED FILES: 0 missing, 0 corrupt of 9 files in the manifest, 2 file(s) not in it")
+    assert "not in the manifest: README.md, sub/.model.py.Ab12Cd" in report
+    assert "remove them from the snapshot, or re-run the copy" in report
+    assert "copy the named files again" not in report
 
 
 def test_absent_snapshot_lists_every_file_missing(ckpt, tmp_path):
