@@ -109,3 +109,48 @@ def test_check_mode_warns_instead_of_failing(tmp_path):
     rc, text = run(tmp_path, {"fake_mode": "nfs"}, "--check")
     assert rc == 0, text[-4000:]
     assert "WARNING group tpl_pair: a real run would refuse to start" in text
+
+
+def snapshot_of(out, host):
+    return (out / host / "hf" / "hub" / "models--deepseek-ai--DeepSeek-V4-Flash-0731" / "snapshots"
+            / "9e165c30e2704aec5d9d593cce3eebd58bbef1cb")
+
+
+def test_files_changed_since_the_verification_stop_every_rank(tmp_path):
+    """#26: the fast re-check at every start. The record beside the stamp (the fake checks saw an empty snapshot); a
+    file planted on one rank after it keeps every rank from starting, naming the host, the file and the fix."""
+    rc, text = run(tmp_path, {})
+    assert rc == 0, text[-4000:]
+    record = json.loads((stamp(tmp_path, "tpl-head").parent / STAMP.replace(".verified.json", ".verified-files.json")).read_text())
+    assert record["format"] == "dspark.cluster/checkpoint-verified-files" and record["files"] == {}
+    assert record["manifest_sha256"] == json.loads(stamp(tmp_path, "tpl-head").read_text())["manifest_sha256"]
+    for passed in tmp_path.glob("*.passed"):
+        passed.unlink()
+    (snapshot_of(tmp_path, "tpl-head") / "modeling_planted.py").write_text("import os\n")
+    rc, text = run(tmp_path, {"fake_skip_stamp": True})
+    assert rc != 0 and not list(tmp_path.glob("*.passed")), text[-4000:]
+    flat = " ".join(text.split())
+    assert "serve refuses to start any rank" in flat
+    assert "tpl-head: deepseek-ai/DeepSeek-V4-Flash-0731@9e165c30e270: CHANGED SINCE ITS VERIFICATION: " \
+           "not in the verified checkpoint: modeling_planted.py" in flat, flat[-3000:]
+    assert "Fix: run playbooks/checkpoint.yml (or site.yml) for group tpl_pair" in flat
+    assert "tpl-worker: deepseek" not in flat
+    # --check says the same as a warning, read-only.
+    rc, text = run(tmp_path, {"fake_skip_stamp": True}, "--check")
+    assert rc == 0 and "modeling_planted.py" in text, text[-4000:]
+
+
+def test_a_stamp_without_its_record_is_refused(tmp_path):
+    rc, text = run(tmp_path, {})
+    assert rc == 0, text[-4000:]
+    record = stamp(tmp_path, "tpl-worker").parent / STAMP.replace(".verified.json", ".verified-files.json")
+    record.unlink()
+    for passed in tmp_path.glob("*.passed"):
+        passed.unlink()
+    rc, text = run(tmp_path, {"fake_skip_stamp": True})
+    flat = " ".join(text.split())
+    assert rc != 0 and "tpl-worker: deepseek-ai/DeepSeek-V4-Flash-0731@9e165c30e270: no verification record at %s" % record in flat, \
+        flat[-3000:]
+    # The checkpoint run writes it again; then the group starts.
+    rc, text = run(tmp_path, {})
+    assert rc == 0 and record.exists(), text[-4000:]
