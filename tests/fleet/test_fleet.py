@@ -7,7 +7,7 @@ the lab SIMULATOR, not vLLM; faults are injected through its DSPARK_SIM_* variab
 
 import pytest
 
-from fleetlab import GPUS, GROUPS, INVENTORY, chat, container_id, faulty_inventory, fleet, playbook, report
+from fleetlab import GPUS, GROUPS, INVENTORY, chat, container_id, docker, faulty_inventory, fleet, playbook, report
 
 NEVER_JOIN = {"DSPARK_SIM_NEVER_JOIN": "1", "DSPARK_SIM_RENDEZVOUS_TIMEOUT": "10"}
 NCCL_ERROR = {"DSPARK_SIM_NCCL_ERROR": "1"}
@@ -52,6 +52,11 @@ def test_reprovision_keeps_a_faulty_group_inside_itself(tmp_path_factory):
         ok, text = chat(name)
         assert ok, "%s does not generate: %s" % (name, text)
     STATE["ids"] = ids(("pair_a", "trio_c"))
+    # One command, one endpoint: the router was converged after the groups, the failed group included (its
+    # server is marked down by the health check, not left out of the configuration).
+    router = result["router"]
+    assert router["result"] == "converged" and router["hosts"] == ["spark-router"], router
+    assert docker("exec", "spark-router", "systemctl", "is-active", "haproxy")[1].strip() == "active"
 
 
 def test_resume_redoes_only_the_failed_group(tmp_path_factory):

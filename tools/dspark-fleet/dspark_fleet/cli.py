@@ -21,7 +21,8 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from . import __version__, fingerprint, inventory, locks, progress, qualify, report, resume, rolling, runner_exec, trust
+from . import __version__, fingerprint, inventory, locks, progress, qualify, report, resume, rolling, router_step, runner_exec
+from . import trust
 from . import watch
 from .orchestrator import Fleet, GroupRun, default_judge
 from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED, OK, RUNNING, SKIPPED, SUCCESS, Scheduler
@@ -529,6 +530,8 @@ def print_summary(ctx, entries):
     print("%s: %d group(s): %s" % (ctx.subcommand, counts["groups"], parts or "none"))
     if ctx.meta.get("stop_reason"):
         print("Stopped early: %s" % ctx.meta["stop_reason"])
+    if ctx.meta.get("router"):
+        print(router_step.line(ctx.meta["router"]))
     width = max([len(g) for g in entries] + [5])
     for name, entry in entries.items():
         line = "  %-*s %-11s" % (width, name, entry["result"])
@@ -625,6 +628,12 @@ def cmd_reprovision(ctx, interrupts, prog):
             ctx.meta["stop_reason"] = interrupts.reason or "the global validation was %s" % result
             ctx.meta["interrupted"] = bool(interrupts.count)
             return finish(ctx, entries, EXIT_FAILED)
+    # Rolling: the router's configuration first, so that every group of the inventory has its server to drain (a new
+    # group's is down until it serves) and removed groups are gone; nothing is drained when that fails.
+    if ctx.rolling is not None and to_run and converge_router(ctx, interrupts, prog) != CONVERGED:
+        ctx.meta["stop_reason"] = ctx.meta.get("stop_reason") or (
+            "the router's configuration (%s) failed before the roll: no group was drained" % router_step.PLAYBOOK)
+        return finish(ctx, group_entries(ctx, {}, skips, skip_previous), EXIT_FAILED)
     # Rolling: --max-unavailable is the parallelism, and a failed group (left out of rotation) keeps its slot.
     # A group left in rotation because it was not qualified holds no slot.
     if ctx.rolling is not None:
@@ -644,7 +653,26 @@ def cmd_reprovision(ctx, interrupts, prog):
     runs = run_groups(ctx, to_run, interrupts, prog, CONVERGED, PLAYBOOKS["reprovision"], scheduler, skips,
                       skip_previous, runner=guarded)
     entries = group_entries(ctx, runs, skips, skip_previous)
-    return finish(ctx, entries, exit_code_for(entries))
+    code = exit_code_for(entries)
+    if ctx.rolling is None and converge_router(ctx, interrupts, prog) == FAILED:
+        code = EXIT_FAILED
+    return finish(ctx, entries, code)
+
+
+def converge_router(ctx, interrupts, prog):
+    """playbooks/router.yml when the run speaks for the whole fleet (router_step.decide): after the groups, or before
+    the roll with --rolling; its section goes into the report. Returns its result (converged, failed, cancelled or
+    skipped)."""
+    routers = ctx.inv.hosts_of(router_step.GROUP)
+    stopped = bool(interrupts.count) or bool(ctx.meta.get("stop_reason"))
+    run, reason = router_step.decide(ctx.subcommand, routers, ctx.groups, ctx.inv.groups, ctx.rolling is not None,
+                                     ctx.tags, stopped)
+    if stopped and routers:
+        reason = "the run stopped early (%s): the router was left as it was" % (
+            ctx.meta.get("stop_reason") or interrupts.reason)
+    ctx.meta["router"] = (router_step.converge(ctx, interrupts, prog, routers, reason) if run
+                          else router_step.skipped(reason))
+    return ctx.meta["router"]["result"]
 
 
 def cmd_plan(ctx, interrupts, prog):

@@ -191,6 +191,7 @@ def build(meta, groups, exit_code, complete=True):
         "interrupted": bool(meta.get("interrupted")),
         "stop_reason": meta.get("stop_reason"),
         "preflight": meta.get("preflight"),
+        "router": meta.get("router"),
         "totals": totals(groups),
         "exit_code": exit_code,
         "groups": groups,
@@ -304,6 +305,13 @@ def to_markdown(report):
                 "Result: **%s**%s" % (preflight.get("result"),
                                       (": " + preflight["msg"]) if preflight.get("msg") else ""),
                 "", "Log: `%s`" % preflight.get("stdout")]
+    router = report.get("router")
+    if router:
+        out += ["", "## Router (playbooks/router.yml)", "",
+                "Result: **%s**%s" % (router.get("result"), (": " + router["error"]) if router.get("error") else ""),
+                "", "Why: %s" % router.get("reason")]
+        if router.get("logs"):
+            out += ["", "Log: `%s`" % router["logs"].get("stdout")]
     out += ["", "## Groups", ""]
     rows = []
     for name, group in report["groups"].items():
