@@ -224,6 +224,13 @@ def revision_problem(revision, model=None):
             "commit, and a branch can change under a running fleet", fix)
 
 
+# Keys reach vLLM from a 0600 file (--api-key in a YAML config, or its env file): characters that YAML, the shell or a
+# header would read differently are refused, so that the key vLLM checks is the key the operator wrote.
+KEY_RE = re.compile(r"^[A-Za-z0-9._~+/=:@-]+\Z")
+# A serve path becomes a bind mount `source:target` and a file name: absolute, no colon, no white space or control.
+MOUNT_PATH_RE = re.compile(r"^/[^:\s\x00-\x1f\x7f]*\Z")
+SERVE_MOUNT_PATHS = ("serve_jit_cache_dir", "serve_config_dir", "serve_hotfix_node_dir")
+
 # -- checkpoint ----------------------------------------------------------------------------------------------------
 
 CHECKPOINT_MODES = ("nfs", "scp")
@@ -293,7 +300,7 @@ def _checkpoint_source_rank(member):
 
 @rule("checkpoint.hf_cache", ["dspark_hf_cache"])
 def _checkpoint_hf_cache(member):
-    """dspark_hf_cache is an absolute directory below /."""
+    """dspark_hf_cache is an absolute directory below / without colons or white space (a bind mount source)."""
     value = member["dspark_hf_cache"]
     if value is None:
         return [("dspark_hf_cache", None, "the Hugging Face cache directory of every node",
@@ -301,6 +308,9 @@ def _checkpoint_hf_cache(member):
     found = _inputs.absolute_path_problem(value, "/var/lib/dspark/hf-cache")
     if found or str(value).strip("/") == "":
         return [("dspark_hf_cache", value) + (found or ("is / itself", "set a directory below /, e.g. /var/lib/dspark/hf-cache"))]
+    if not MOUNT_PATH_RE.match(str(value)):
+        return [("dspark_hf_cache", value, "contains a colon or white space (serve bind-mounts it as `source:target`)",
+                 "choose a plain absolute path, e.g. /var/lib/dspark/hf-cache")]
     return []
 
 
@@ -551,8 +561,8 @@ def _nfs_export_rank(member):
 def _nfs_export_path(member):
     """NFS mode, the exporting node: dspark_hf_cache can be written into exports(5) safely (letters, digits and /._+-~:% only)."""
     value = member["dspark_hf_cache"]
-    if not _exporting(member) or not isinstance(value, str) or not value.startswith("/") or EXPORT_PATH_RE.match(value):
-        return []
+    if not _exporting(member) or not isinstance(value, str) or not MOUNT_PATH_RE.match(value) or EXPORT_PATH_RE.match(value):
+        return []  # not absolute, or with a colon or white space: checkpoint.hf_cache says it for every member
     return [("dspark_hf_cache", value, "cannot be exported safely: exports(5) treats white space, line breaks and the characters "
              "#\"\\()*?[],=@ specially", "use a path of letters, digits and /._+-~:% only, e.g. /var/lib/dspark/hf-cache")]
 
@@ -695,6 +705,84 @@ def _serve_one_key_setting(member):
     if member["serve_api_key"] and keys and isinstance(keys, (list, tuple)):
         return [("serve_api_keys", HIDDEN, "is set together with serve_api_key (the keys are not shown)",
                  "set one of them: serve_api_key for one key, serve_api_keys for several")]
+    return []
+
+
+@rule("serve.key_characters", ["serve_api_key", "serve_api_keys"])
+def _serve_key_characters(member):
+    """Each API key is letters, digits and -._~+/=:@ only (no quote, backslash, `$`, `#`, inner white space or
+    non-ASCII character); control characters and short keys are serve.api_keys'."""
+    keys = member["serve_api_keys"]
+    values = [("serve_api_key", member["serve_api_key"])]
+    if isinstance(keys, (list, tuple)):
+        values += [("serve_api_keys", item) for item in keys]
+    bad = [var for var, key in values if isinstance(key, str) and key
+           and not (_inputs.control_problem(key, secret=True) or _inputs.short_key_problem(key)) and not KEY_RE.match(key)]
+    if not bad:
+        return []
+    return [(bad[0], HIDDEN, "has %d key(s) with white space, a quote, a backslash, `$`, `#` or a non-ASCII character (not "
+             "shown)" % len(bad), "use keys of letters, digits and -._~+/=:@ only, e.g. the output of `openssl rand -hex 24`")]
+
+
+@rule("serve.keys_off_argv", ["serve_extra_args", "serve_extra_env", "serve_api_key", "serve_api_keys"])
+def _serve_keys_off_argv(member):
+    """No key on vLLM's command line (serve_extra_args --api-key, or --config when several keys reach vLLM through
+    it) nor in serve_extra_env's VLLM_API_KEY (the compose file is world-readable)."""
+    out = []
+    args = member["serve_extra_args"]
+    keys = member["serve_api_keys"]
+    several = isinstance(keys, (list, tuple)) and len(keys) > 1
+    if isinstance(args, (list, tuple)):
+        flags = []
+        for arg in args:
+            flag = str(arg).split("=", 1)[0].replace("_", "-")
+            if (flag == "--api-key" or (several and flag == "--config")) and flag not in flags:
+                flags.append(flag)
+        if flags:
+            out.append(("serve_extra_args", "<holds %s>" % ", ".join(flags),
+                        "puts %s on vLLM's command line, which every local user sees (`ps`) and vLLM logs" % " and ".join(flags),
+                        "set serve_api_key or serve_api_keys instead (several keys reach vLLM through its --config file)"))
+    env = member["serve_extra_env"]
+    if isinstance(env, dict) and "VLLM_API_KEY" in env:
+        out.append(("serve_extra_env", "<sets VLLM_API_KEY>", "sets VLLM_API_KEY, which would be written to the "
+                    "world-readable compose file", "set serve_api_key (a 0600 file on rank 0 only) and remove it from "
+                    "serve_extra_env"))
+    return out
+
+
+@rule("serve.mount_paths", list(SERVE_MOUNT_PATHS))
+def _serve_mount_paths(member):
+    """The directories serve bind-mounts or writes (the model cache, JIT caches, config, recipe) are absolute paths
+    without colons, white space or control characters (a bind mount is `source:target`)."""
+    out = []
+    for var in SERVE_MOUNT_PATHS:
+        value = member[var]
+        if value is None or (isinstance(value, str) and MOUNT_PATH_RE.match(value)):
+            continue
+        out.append((var, value, "is not an absolute path without colons, white space or control characters (it becomes "
+                    "a bind mount `source:target`)", "choose a plain absolute path, e.g. %s" % (
+                        (member.specs.get(var) or {}).get("default") or "/var/lib/dspark/hf")))
+    return out
+
+
+@rule("serve.hf_cache_path", ["dspark_hf_cache"], covered_by="checkpoint.hf_cache")
+def _serve_hf_cache_path(member):
+    """The serve role alone: dspark_hf_cache, its model mount, is an absolute path without colons or white space
+    (preflight says it through checkpoint.hf_cache)."""
+    return [problem for problem in _checkpoint_hf_cache(member) if problem[2] != "the Hugging Face cache directory of every node"]
+
+
+@rule("serve.jit_cache_outside_model_cache", ["serve_jit_cache_dir", "dspark_hf_cache"])
+def _serve_jit_cache_outside(member):
+    """serve_jit_cache_dir is not inside dspark_hf_cache (the NFS mode mounts the model cache read-only, and compiled
+    kernels must not mix with the checkpoint the manifest covers)."""
+    jit, cache = member["serve_jit_cache_dir"], member["dspark_hf_cache"]
+    if not (isinstance(jit, str) and isinstance(cache, str) and jit.startswith("/") and cache.startswith("/")):
+        return []
+    if _inputs.inside(jit, cache):
+        return [("serve_jit_cache_dir", jit, "is inside dspark_hf_cache=%s, which the NFS mode mounts read-only" % cache,
+                 "choose a local directory outside it (default %s)" % (
+                     (member.specs.get("serve_jit_cache_dir") or {}).get("default") or "/var/lib/dspark/jit-cache"))]
     return []
 
 

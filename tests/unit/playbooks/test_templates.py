@@ -141,11 +141,11 @@ def test_bad_keys_paths_and_argv_keys_are_refused(tmp_path):
     output = run.stdout + run.stderr
     assert run.returncode != 0
     assert not list(out.iterdir())
-    assert "1 key(s) contain white space" in output and "bad key" not in output
-    assert "serve_extra_args contains --api-key, --config" in output
-    assert "serve_extra_env sets VLLM_API_KEY" in output
-    assert 'dspark_hf_cache="/var/lib/hf\\n    privileged: true" is not an absolute path' in output
-    assert 'serve_jit_cache_dir="/var/lib/jit:/etc" is not an absolute path' in output
+    assert "serve_api_keys=<not shown: secret> has 1 key(s) with white space" in output and "bad key" not in output
+    assert "serve_extra_args='<holds --api-key, --config>' puts --api-key and --config on vLLM's command line" in output
+    assert "serve_extra_env='<sets VLLM_API_KEY>' sets VLLM_API_KEY" in output and "in-compose" not in output
+    assert "dspark_hf_cache='/var/lib/hf\\n    privileged: true' is not an absolute path" in output
+    assert "serve_jit_cache_dir='/var/lib/jit:/etc' is not an absolute path" in output
 
 
 def test_saved_rank_logs_are_redacted(benign):
