@@ -122,6 +122,12 @@ def build_parser():
                           help="playbooks/status.yml per group: every rank's container, image and the API, as one "
                                "table (and the supervisor's journal when there is one)")
     stat.add_argument("--journal", metavar="PATH", help="the supervisor's journal (default <state dir>/journal.jsonl)")
+    stat.add_argument("--prometheus", metavar="URL", default=None,
+                      help="the engine's numbers per group (requests running/waiting, KV cache, TTFT p95) from this "
+                           "Prometheus' HTTP API, e.g. http://127.0.0.1:9090 (default $DSPARK_FLEET_PROMETHEUS; "
+                           "without it, from each head's /metrics, TTFT p95 since the engine started)")
+    stat.add_argument("--prometheus-window", metavar="DURATION", default="5m",
+                      help="with Prometheus: the window of the TTFT p95 (rate over it, default 5m)")
     add_watch_parser(sub, common)
     sub.add_parser("qualify", parents=[common], allow_abbrev=False,
                    help="playbooks/qualify.yml per group, all groups at once unless --parallel is given (changes "
@@ -569,7 +575,9 @@ def print_plan(entries):
 
 
 def print_status(entries):
-    """One table: a row per member (its serve_status, or why there is none), serving on the head's row."""
+    """One table: a row per member (its serve_status, or why there is none), serving on the head's row; then the
+    engine's numbers per group (metrics.py) when cmd_status attached them."""
+    from . import metrics  # pylint: disable=import-outside-toplevel
     header = ["group", "node", "rank", "container", "restarts", "image", "API models", "serving"]
     rows = []
     for name, entry in entries.items():
@@ -598,6 +606,8 @@ def print_status(entries):
     print("")
     for row in [header] + rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    if any("metrics" in e for e in entries.values()):
+        metrics.print_table(entries)
 
 
 def cmd_reprovision(ctx, interrupts, prog):
@@ -684,9 +694,20 @@ def cmd_plan(ctx, interrupts, prog):
 
 
 def cmd_status(ctx, interrupts, prog):
+    from . import metrics  # pylint: disable=import-outside-toplevel
+    prometheus = ctx.args.prometheus or os.environ.get(metrics.PROMETHEUS_ENV) or None
+    try:
+        prometheus = metrics.check_url(prometheus) if prometheus else None
+        window = metrics.check_window(ctx.args.prometheus_window)
+    except ValueError as exc:
+        print("dspark-fleet: error: %s" % exc, file=sys.stderr)
+        return EXIT_USAGE
     scheduler = Scheduler(ctx.groups, parallel=ctx.args.parallel)
     runs = run_groups(ctx, ctx.groups, interrupts, prog, OK, PLAYBOOKS["status"], scheduler)
     entries = group_entries(ctx, runs)
+    if prometheus:
+        prog.message("asking Prometheus %s for the engine's numbers (window %s)" % (prometheus, window))
+    metrics.attach(entries, runs, prometheus=prometheus, window=window, project_dir=ctx.project_dir)
     print_status(entries)
     watch.print_journal_summary(ctx.groups, ctx.args.journal or watch.journal_mod.default_path(
         locks.state_dir(ctx.args.state_dir)))

@@ -67,6 +67,7 @@ def vllm_names(project_dir=None):
     for path in _collections_paths(project_dir):
         if path not in sys.path:
             sys.path.insert(0, path)
+            importlib.invalidate_caches()
         try:
             return importlib.import_module(VLLM_METRICS_MODULE)
         except ImportError:
