@@ -12,8 +12,16 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import importlib.util
+import json
 import math
+import os
 import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 
 import pytest
 
@@ -194,3 +202,51 @@ def test_the_simulators_metrics_imitate_vllm_0_32_0():
     assert (out["running"], out["waiting"], out["kv_cache_usage"], out["ttft_requests"]) == (2, 0, 0, 20)
     assert out["ttft_p95_s"] == pytest.approx(0.25 + 0.25 * 1 / 1)   # rank 19: the one in (0.25, 0.5]
     assert [le for le, dummy in _ttft_buckets(text)][:-1] == list(plan.VLLM_TTFT_BUCKETS)
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(url, body=None):
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body else None,
+                                 headers={"Content-Type": "application/json"}, method="POST" if body else "GET")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return resp.status, resp.read().decode()
+
+
+def test_a_running_simulator_serves_its_metrics_with_the_ttft_of_its_completions():
+    """The handler's wiring: a one-node SIMULATOR (as tests/unit/simulator start it), three chats, then /metrics."""
+    api, store = _free_port(), _free_port()
+    env = dict((k, v) for k, v in os.environ.items() if not k.startswith(("DSPARK_SIM_", "VLLM_", "NCCL_", "GLOO_")))
+    env.update({"PYTHONUNBUFFERED": "1", "DSPARK_SIM_LOAD_SECONDS": "0.3", "DSPARK_SIM_RENDEZVOUS_TIMEOUT": "8",
+                "DSPARK_SIM_STORE_BIND": "127.0.0.1", "DSPARK_SIM_TOKEN_SECONDS": "0.02"})
+    argv = [sys.executable, str(SIM), "serve", "org/model", "--served-model-name", "tiny", "--host", "127.0.0.1",
+            "--port", str(api), "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1",
+            "--distributed-executor-backend", "mp", "--nnodes", "1", "--node-rank", "0", "--master-addr", "127.0.0.1",
+            "--master-port", str(store)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    base = "http://127.0.0.1:%d" % api
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if _get(base + "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "the simulator did not come up"
+            time.sleep(0.2)
+        for dummy in range(3):
+            assert _get(base + "/v1/chat/completions", {"model": "tiny", "messages": [
+                {"role": "user", "content": "Reply with OK."}], "max_tokens": 4})[0] == 200
+        status, text = _get(base + "/metrics")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    assert status == 200
+    out = vm.summary(text)
+    assert out["ttft_requests"] == 3 and out["models"] == ["tiny"] and out["running"] == 0
+    assert 0.02 <= out["ttft_p95_s"] <= 0.25, out       # one token's time (0.02 s) plus the request's own
