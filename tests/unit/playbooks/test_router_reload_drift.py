@@ -11,6 +11,7 @@ a stale router reports the reload and writes no record; a HAProxy that is not ru
 NeedDaemonReload is passed on. What HAProxy does on a reload is the fleet lab's part (tests/fleet/test_router.py).
 """
 
+import hashlib
 import json
 import os
 import re
@@ -35,7 +36,8 @@ RELOAD = "CHAR reload"
 
 
 def role_tasks(names):
-    tasks = {task["name"]: task for task in yaml.safe_load(open(TASKS, encoding="utf-8"))}
+    with open(TASKS, encoding="utf-8") as handle:
+        tasks = {task["name"]: task for task in yaml.safe_load(handle)}
     out = []
     for name in names:
         task = dict(tasks[name])
@@ -88,7 +90,6 @@ def record(tmp):
 
 
 def sha256(text):
-    import hashlib
     return hashlib.sha256(text.encode()).hexdigest()
 
 

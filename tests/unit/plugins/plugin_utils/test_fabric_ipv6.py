@@ -7,6 +7,8 @@ IPv4-mapped RoCE v2 entry, with or without the fe80:: entries of the port (plugi
 """
 
 import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -147,8 +149,6 @@ def test_the_gid_index_is_the_ipv4_mapped_roce_v2_entry(tmp_path, gids, index):
 def test_sysctl_p_turns_ipv6_off_on_the_named_links(tmp_path):
     """The handler's `sysctl -q -p` on the rendered file, in a throw-away user + network namespace with links
     named like a fabric port and a VLAN (veth pairs): both get disable_ipv6 = 1, nothing else is touched, rc 0."""
-    import shutil
-    import subprocess
     sysctl, ip = shutil.which("sysctl") or "/usr/sbin/sysctl", shutil.which("ip")
     if not (shutil.which("unshare") and ip and os.path.exists(sysctl)):
         pytest.skip("needs unshare, ip and sysctl")
