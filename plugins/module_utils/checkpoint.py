@@ -544,3 +544,51 @@ def render_recheck(result, label='checkpoint', limit=10):
     if result.get('extra'):
         parts.append("not in the verified checkpoint: " + _names(result['extra'], limit))
     return "%s: CHANGED SINCE ITS VERIFICATION: %s" % (label, '; '.join(parts))
+
+
+# --- the controller's trusted manifest per group (#26) -------------------------------------------
+
+TRUST_FORMAT = 'dspark.cluster/checkpoint-trust'
+
+
+def manifest_digest(manifest):
+    """sha256 of the manifest without its creation time, as the checkpoint role's stamp records it (Ansible's
+    ``{'model', 'revision', 'entries'} | to_json(sort_keys=true) | hash('sha256')``: json.dumps' defaults)."""
+    manifest = load_manifest(manifest)
+    core = {'model': manifest.get('model'), 'revision': manifest.get('revision'), 'entries': manifest['entries']}
+    return hashlib.sha256(json.dumps(core, sort_keys=True).encode('utf-8')).hexdigest()
+
+
+def trust_records(document, group):
+    """{"<model>@<revision>": {model, revision, manifest_sha256}} of a group's trust file; None (no file) is empty."""
+    if document is None:
+        return {}
+    if not (isinstance(document, dict) and document.get('format') == TRUST_FORMAT
+            and document.get('version') == MANIFEST_VERSION and isinstance(document.get('records'), dict)):
+        raise CheckpointError("the trust file of group %s is not a %s document" % (group, TRUST_FORMAT), 'malformed_trust')
+    if document.get('group') != group:
+        raise CheckpointError("the trust file names group %r, not %r" % (document.get('group'), group), 'malformed_trust')
+    return dict(document['records'])
+
+
+def trust_decision(records, model, revision, digest, rotate=False):
+    """What the controller does with a group's manifest: ('trusted' | 'new' | 'rotated' | 'mismatch', records').
+
+    The first manifest of a model@revision is recorded ('new'); the same digest later is 'trusted'; another digest for
+    the same model@revision is a 'mismatch' (a revision is a commit: its files never change) unless ``rotate`` says
+    the operator accepts it ('rotated', the record replaced). A new revision is a new record; old ones stay.
+    """
+    key = '%s@%s' % (model, revision)
+    record = {'model': model, 'revision': revision, 'manifest_sha256': digest}
+    known = records.get(key)
+    out = dict(records)
+    if isinstance(known, dict) and known.get('manifest_sha256') == digest:
+        return 'trusted', out
+    out[key] = record
+    if known is None:
+        return 'new', out
+    return ('rotated' if rotate else 'mismatch'), (out if rotate else dict(records))
+
+
+def trust_document(group, records):
+    return {'format': TRUST_FORMAT, 'version': MANIFEST_VERSION, 'group': group, 'records': dict(sorted(records.items()))}

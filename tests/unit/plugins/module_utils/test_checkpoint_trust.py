@@ -177,3 +177,76 @@ def test_module_recheck_without_a_record(capsys, cache):
     assert rc == 1 and out["code"] == "no_record" and "no verification record at" in out["msg"]
     rc, out = module(capsys, {"state": "rechecked", "model": MODEL, "cache_dir": cache["cache"]})
     assert rc == 1 and "files_path" in out["msg"] and "revision" in out["msg"]
+
+
+# --- the controller's trusted manifest per group (checkpoint_trust) --------------------------------------------
+
+from ansible_collections.dspark.cluster.plugins.modules import checkpoint_trust  # noqa: E402
+
+
+def test_manifest_digest_is_the_stamps(tmp_path):
+    """The same digest as the role's `{'model', 'revision', 'entries'} | to_json(sort_keys=true) | hash('sha256')`."""
+    from ansible.plugins.filter.core import to_json
+    import hashlib
+    info = fake.generate(str(tmp_path / "hf"), model=MODEL, revision=REV, shards=2, shard_size=1024, sparse_size=4096)
+    manifest = ck.build_manifest(info["snapshot"], model=MODEL, revision=REV)
+    core = {"model": manifest["model"], "revision": manifest["revision"], "entries": manifest["entries"]}
+    assert ck.manifest_digest(manifest) == hashlib.sha256(to_json(core, sort_keys=True).encode()).hexdigest()
+    assert ck.manifest_digest(dict(manifest, created="2000-01-01T00:00:00Z")) == ck.manifest_digest(manifest)
+
+
+def test_trust_decision():
+    records = {}
+    decision, records = ck.trust_decision(records, MODEL, REV, "a" * 64)
+    assert decision == "new" and records == {MODEL + "@" + REV: {"model": MODEL, "revision": REV, "manifest_sha256": "a" * 64}}
+    assert ck.trust_decision(records, MODEL, REV, "a" * 64) == ("trusted", records)
+    assert ck.trust_decision(records, MODEL, REV, "b" * 64) == ("mismatch", records)
+    decision, rotated = ck.trust_decision(records, MODEL, REV, "b" * 64, rotate=True)
+    assert decision == "rotated" and rotated[MODEL + "@" + REV]["manifest_sha256"] == "b" * 64
+    decision, both = ck.trust_decision(records, MODEL, "f" * 40, "c" * 64)  # a new revision: a new record
+    assert decision == "new" and len(both) == 2 and both[MODEL + "@" + REV] == records[MODEL + "@" + REV]
+
+
+def test_trust_records_refuse_other_files():
+    assert ck.trust_records(None, "g") == {}
+    doc = ck.trust_document("g", {"k": {"manifest_sha256": "a"}})
+    assert ck.trust_records(doc, "g") == {"k": {"manifest_sha256": "a"}}
+    for bad, text in (({}, "not a dspark.cluster/checkpoint-trust document"), (doc, "names group 'g', not 'h'")):
+        with pytest.raises(CheckpointError) as e:
+            ck.trust_records(bad, "h" if bad is doc else "g")
+        assert e.value.code == "malformed_trust" and text in e.value.message
+
+
+def trust_module(capsys, args, check_mode=False):
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            checkpoint_trust.main()
+    return exc.value.code, json.loads(capsys.readouterr().out)
+
+
+def test_trust_module_first_use_then_refuses_another_manifest(capsys, tmp_path):
+    info = fake.generate(str(tmp_path / "hf"), model=MODEL, revision=REV, shards=2, shard_size=1024, sparse_size=4096)
+    manifest = ck.build_manifest(info["snapshot"], model=MODEL, revision=REV)
+    path = tmp_path / "inv" / ".dspark" / "trust" / "pair_a.json"
+    args = {"path": str(path), "group": "pair_a", "manifest": manifest}
+    rc, out = trust_module(capsys, args, check_mode=True)
+    assert rc == 0 and out["changed"] and out["decision"] == "new" and not path.exists()
+    rc, out = trust_module(capsys, args)
+    assert rc == 0 and out["changed"] and out["decision"] == "new" and out["trusted_sha256"] is None
+    assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    rc, out = trust_module(capsys, args)
+    assert rc == 0 and not out["changed"] and out["decision"] == "trusted"
+    # The source's snapshot changed under the same revision: refused, named, nothing rewritten.
+    changed = dict(manifest, entries=[dict(e, sha256="0" * 64) if e["path"] == "config.json" else e for e in manifest["entries"]])
+    before = path.read_text()
+    rc, out = trust_module(capsys, dict(args, manifest=changed))
+    assert rc == 1 and out["code"] == "manifest_mismatch" and out["decision"] == "mismatch"
+    assert "group pair_a: the source built a manifest of %s@%s with digest %s" % (MODEL, REV[:12], out["manifest_sha256"][:12]) \
+        in out["msg"]
+    assert "checkpoint_trust_rotate=true" in out["msg"] and path.read_text() == before
+    rc, out = trust_module(capsys, dict(args, manifest=changed, rotate=True))
+    assert rc == 0 and out["changed"] and out["decision"] == "rotated"
+    rc, out = trust_module(capsys, dict(args, group="pair_b"))
+    assert rc == 1 and out["code"] == "malformed_trust"
