@@ -13,7 +13,7 @@ services are untouched; a drop here is final whatever other tables accept):
 - the master port is dropped from anyone else, and so is anything else addressed to this node's fabric address;
 - IPv6 (issue #26 point 5): the fabric speaks IPv4 only, so every new IPv6 packet that arrives on a fabric interface
   (iifname: dspark_fabric_interface, fabric_secondary_interface) is dropped, SSH excepted (always open); the fabric role
-  turns IPv6 off there too (fabric_ipv6_disable). The API and master port rules are family-neutral (inet): an IPv6
+  can turn IPv6 off there too (fabric_ipv6_disable). The API and master port rules are family-neutral (inet): an IPv6
   stranger is dropped there as an IPv4 one is. Without a known interface name (serve run without preflight, which
   requires it) only those ports are closed over IPv6, and ``notes`` says why.
 
