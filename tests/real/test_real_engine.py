@@ -18,8 +18,8 @@ import pytest
 
 import loadclient
 import rollcheck
-from reallab import (GROUP, HEAD, HEAD_API, INVENTORY, KEYS, MODEL, MODEL_NAME, ROOT, ROUTER_URL, SIM_GROUP, TOKEN_FILE,
-                     WORKER, fleet, node, playbook, rank_state)
+from reallab import (GROUP, GROUP_VARS, HEAD, HEAD_API, INVENTORY, KEYS, MODEL, MODEL_NAME, ROOT, ROUTER_URL, SIM_GROUP,
+                     TOKEN_FILE, WORKER, fleet, node, playbook, rank_state)
 
 # Through the router during the roll: about one request a second, half streamed, 16 tokens each (the real engine
 # answers in under a second; the simulated group in about one).
@@ -65,6 +65,26 @@ def test_streamed_chat_and_the_second_key():
         model=MODEL_NAME, messages=check["messages"], max_tokens=8, temperature=0, stream=True))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert len(chunks) >= 8 and text and check["greedy_text"].startswith(text.split("\ufffd", 1)[0]), text
+
+
+def test_status_shows_the_real_engines_numbers(tmp_path):
+    """Issue #28 point 4 on REAL vLLM: `dspark-fleet status` reads the head's /metrics (vLLM 0.32.0's own exposition,
+    not the simulator's imitation of it) and reports the group's requests, KV cache usage and a TTFT p95 from the
+    completions above. The raw text is kept beside the CI logs as a recording for the parser's fixture."""
+    rc, text = node(HEAD, "curl -sf http://127.0.0.1:%d/metrics" % GROUP_VARS["dspark_api_port"])
+    assert rc == 0 and "vllm:num_requests_running" in text, text[-2000:]
+    recording = ROOT / "tests" / "output" / "real-vllm-0.32.0-metrics.txt"
+    recording.parent.mkdir(parents=True, exist_ok=True)
+    recording.write_text(text)
+    rc, out = fleet("status", "-i", INVENTORY, "--groups", GROUP, "--plain", "--artifacts", tmp_path / "status")
+    assert rc == 0, out[-3000:]
+    entry = json.loads((tmp_path / "status" / "report.json").read_text())["groups"][GROUP]
+    numbers = entry.get("metrics")
+    assert numbers, entry.get("metrics_reason")
+    assert numbers["source"] == "metrics" and numbers["kv_cache_metric"] == "vllm:kv_cache_usage_perc", numbers
+    assert numbers["running"] == 0 and numbers["waiting"] == 0, numbers
+    assert 0 <= numbers["kv_cache_usage"] <= 1 and numbers["models"], numbers
+    assert numbers["ttft_requests"] >= 2 and numbers["ttft_p95_s"] > 0, numbers
 
 
 def test_without_a_valid_key_no_completion():
