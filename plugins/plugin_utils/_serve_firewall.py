@@ -155,9 +155,9 @@ def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, 
     notes = []
     if not interfaces:
         notes.append("%s: dspark_fabric_interface is not set, so the firewall cannot drop IPv6 on the fabric interface by "
-                     "its name: over IPv6 it closes only the API and rendezvous ports (as over IPv4), and the engine's "
-                     "other ports rely on the fabric role's fabric_ipv6_disable. Fix: set dspark_fabric_interface (preflight "
-                     "and the fabric role need it too)" % host)
+                     "its name: over IPv6 it closes only the API and rendezvous ports (as over IPv4); the engine's other "
+                     "ports stay open over IPv6 unless the fabric role turns IPv6 off there (fabric_ipv6_disable). Fix: set "
+                     "dspark_fabric_interface (preflight and the fabric role need it too)" % host)
     ssh = _ports(ssh_ports, "serve_firewall_ssh_ports", problems)
     if not ssh:
         problems.append("serve_firewall_ssh_ports=%r opens no SSH port: the firewall would lock Ansible out. Fix: list the "
