@@ -154,3 +154,18 @@ def test_a_stamp_without_its_record_is_refused(tmp_path):
     # The checkpoint run writes it again; then the group starts.
     rc, text = run(tmp_path, {})
     assert rc == 0 and record.exists(), text[-4000:]
+
+
+def test_a_record_of_another_verification_is_refused(tmp_path):
+    rc, text = run(tmp_path, {})
+    assert rc == 0, text[-4000:]
+    record = stamp(tmp_path, "tpl-head").parent / STAMP.replace(".verified.json", ".verified-files.json")
+    data = json.loads(record.read_text())
+    data["manifest_sha256"] = "c" * 64
+    record.write_text(json.dumps(data))
+    for passed in tmp_path.glob("*.passed"):
+        passed.unlink()
+    rc, text = run(tmp_path, {"fake_skip_stamp": True})
+    flat = " ".join(text.split())
+    assert rc != 0 and "tpl-head: the record of the verified files (%s) names manifest cccccccccccc, not the one in the stamp" % record \
+        in flat, flat[-3000:]
