@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Build the execution environment dspark-ee:<collection version> (and :latest) for AWX/AAP, with no registry:
+#   1. the base image dspark-ee-base:trixie (tools/ee/base.sh: debootstrap + docker import; kept when current),
+#   2. the collection's tarball from this checkout (ansible-galaxy collection build; galaxy.yml's build_ignore),
+#   3. ansible-builder build with the docker runtime (execution-environment.yml; the base image is never pulled).
+# Usage: tools/ee/build.sh            (root or the docker group; debootstrap needs root the first time)
+# Environment: ANSIBLE_BUILDER (default: ansible-builder on PATH, else .venv/bin, else /tmp/eevenv/bin),
+#   DSPARK_EE_IMAGE (default dspark-ee), DSPARK_EE_BASE (default dspark-ee-base:trixie).
+# Idempotent: a second run reuses the base image and docker's layer cache (seconds when nothing changed).
+# Then: tools/ee/check.sh (the smoke check inside the image). docs/awx.md has the measured times and sizes.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+image=${DSPARK_EE_IMAGE:-dspark-ee}
+base=${DSPARK_EE_BASE:-dspark-ee-base:trixie}
+work=$repo/.lab/ee
+
+log() { printf 'ee: %s\n' "$*"; }
+die() { printf 'ee: ERROR: %s\n' "$*" >&2; exit 1; }
+
+builder=${ANSIBLE_BUILDER:-}
+if [[ -z $builder ]]; then
+  for b in "$(command -v ansible-builder || true)" "$repo/.venv/bin/ansible-builder" /tmp/eevenv/bin/ansible-builder; do
+    [[ -n $b && -x $b ]] && { builder=$b; break; }
+  done
+fi
+[[ -n $builder ]] || die "ansible-builder not found (python3 -m venv /tmp/eevenv && /tmp/eevenv/bin/pip install ansible-builder)"
+galaxy=$repo/.venv/bin/ansible-galaxy
+[[ -x $galaxy ]] || galaxy=$(command -v ansible-galaxy) || die "ansible-galaxy not found (make venv)"
+command -v docker >/dev/null || die "docker not found"
+
+version=$(sed -n 's/^version: *//p' "$repo/galaxy.yml")
+[[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+ ]] || die "no version in galaxy.yml"
+start=$SECONDS
+
+log "base image $base"
+"$here/base.sh" "$base"
+
+log "collection tarball dspark-cluster-$version.tar.gz ($galaxy)"
+mkdir -p "$work/dist"
+rm -f "$work/dist"/dspark-cluster-*.tar.gz "$work/dist/dspark-cluster.tar.gz"
+(cd "$repo" && "$galaxy" collection build --force --output-path "$work/dist" . >/dev/null)
+# A fixed name: tools/ee/requirements.yml and execution-environment.yml name it.
+mv "$work/dist/dspark-cluster-$version.tar.gz" "$work/dist/dspark-cluster.tar.gz"
+log "tarball: $(du -h "$work/dist/dspark-cluster.tar.gz" | cut -f1), $(tar -tzf "$work/dist/dspark-cluster.tar.gz" | wc -l) entries"
+
+log "ansible-builder $("$builder" --version) build -t $image:$version -t $image:latest (context $work/context)"
+rm -rf "$work/context"
+# --force-rm: a failed step leaves no stopped container behind.
+(cd "$repo" && "$builder" build -v 3 --container-runtime docker -f execution-environment.yml -c "$work/context" \
+  --extra-build-cli-args=--force-rm -t "$image:$version" "$image:latest")
+
+# Untagged images of earlier builds on an earlier base (labelled dspark.ee by the base image): the current base's
+# stages stay, they are the next build's cache. Nothing without the label is touched.
+key=$(docker image inspect -f '{{ index .Config.Labels "dspark.ee.rootfs" }}' "$base")
+docker image prune -f --filter label=dspark.ee=1 --filter "label!=dspark.ee.rootfs=$key" | sed -n 's/^Total/ee: pruned old build images, total/p'
+
+size=$(docker image inspect -f '{{ .Size }}' "$image:$version" | awk '{ printf "%.0f MB", $1 / 1e6 }')
+log "built $image:$version ($size) in $((SECONDS - start)) s"
