@@ -53,8 +53,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _group_model
 
 _PLAIN = ("input_problems", "links", "pre_args", "post_interfaces", "backend", "container", "backend_problems", "live_differs", "rings",
-          "sysctls_differ", "sysctl_keys", "ipv6_sysctls", "rank_env", "bw_links", "server_timeout", "bw_results", "bw_low", "check_problems", "check_result", "summary",
-          "files", "apply_script")
+          "sysctls_differ", "sysctl_keys", "ipv6_sysctls", "rank_env", "bw_links", "server_timeout", "bw_results", "bw_low",
+          "check_problems", "check_result", "summary", "files", "apply_script")
 
 
 def _published(hostvars, hosts, name, default=None):

@@ -44,7 +44,7 @@ def test_first_use_recorded_then_another_manifest_stops_the_group(tmp_path):
     assert doc["group"] == "tpl_pair" and list(doc["records"]) == ["%s@%s" % (MODEL, REV)]
     trusted = doc["records"]["%s@%s" % (MODEL, REV)]["manifest_sha256"]
     rc, text = run(tmp_path)
-    assert rc == 0 and "changed=0" in text.split("PLAY RECAP")[-1], text[-3000:]
+    assert rc == 0 and "changed=0" in text.rsplit("PLAY RECAP", maxsplit=1)[-1], text[-3000:]
 
     # The source's snapshot changes under the same revision: every node of the group stops, nothing is recorded.
     with open(os.path.join(info["snapshot"], "config.json"), "a") as f:
@@ -61,4 +61,4 @@ def test_first_use_recorded_then_another_manifest_stops_the_group(tmp_path):
     assert rc == 0, text[-3000:]
     assert json.loads(record.read_text())["records"]["%s@%s" % (MODEL, REV)]["manifest_sha256"] != trusted
     rc, text = run(tmp_path)
-    assert rc == 0 and "changed=0" in text.split("PLAY RECAP")[-1], text[-3000:]
+    assert rc == 0 and "changed=0" in text.rsplit("PLAY RECAP", maxsplit=1)[-1], text[-3000:]

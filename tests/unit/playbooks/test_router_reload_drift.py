@@ -74,9 +74,8 @@ def run(tmp, config, *args, state="active", daemon_reload="no", abort=False):
         handle.write("ActiveState=%s\nNeedDaemonReload=%s\n" % (state, daemon_reload))
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
                ANSIBLE_STDOUT_CALLBACK="default", PATH=os.path.join(tmp, "bin") + os.pathsep + os.environ["PATH"])
-    command = [ANSIBLE_PLAYBOOK, "-i", "localhost,", "-e", json.dumps({"char_config": config, "char_abort": abort,
-                                                                        "ansible_python_interpreter": sys.executable}),
-               *args, os.path.join(tmp, "play.yml")]
+    extra = {"char_config": config, "char_abort": abort, "ansible_python_interpreter": sys.executable}
+    command = [ANSIBLE_PLAYBOOK, "-i", "localhost,", "-e", json.dumps(extra), *args, os.path.join(tmp, "play.yml")]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     output = done.stdout + done.stderr
     recap = RECAP.search(output)

@@ -132,8 +132,8 @@ def query(base_url, promql, timeout=TIMEOUT_S):
     except ValueError:
         raise PrometheusError("%s did not answer JSON (is it Prometheus?)" % base_url) from None
     if not isinstance(doc, dict) or doc.get("status") != "success":
-        raise PrometheusError("%s refused %s: %s" % (base_url, promql, (doc or {}).get("error") if isinstance(doc, dict)
-                                                      else doc))
+        why = doc.get("error") if isinstance(doc, dict) else doc
+        raise PrometheusError("%s refused %s: %s" % (base_url, promql, why))
     data = doc.get("data") or {}
     if data.get("resultType") != "vector":
         raise PrometheusError("%s answered a %s to %s, not a vector" % (base_url, data.get("resultType"), promql))
