@@ -12,7 +12,9 @@
 #   4. ansible-runner (process isolation off, as AWX runs it inside the EE) runs playbooks/preflight.yml from that
 #      project against inventories/example with preflight_check_reachability false and no stdin: the inventory
 #      validation runs on the controller, needs no node and no prompt; status "successful", rc 0, job events and the
-#      preflight_inventory result (the fleet's groups) in the runner artifacts.
+#      preflight_inventory result (the fleet's groups) in the runner artifacts;
+#   5. the same run started from this machine by the venv's ansible-runner with --process-isolation (docker, the image
+#      as its container image; ansible-navigator runs playbooks the same way): status "successful", rc 0.
 # What it does not prove: SSH to a node, a machine credential, a vault, AWX itself (docs/awx.md).
 # Containers are named dspark-ee-check-<pid> and removed; nothing is pulled.
 set -euo pipefail
@@ -97,5 +99,26 @@ recap = [e["event_data"] for e in events if e.get("event") == "playbook_on_stats
 print("recap:", {k: sorted(v) for k, v in recap.items() if k in ("ok", "failures", "dark") and v})
 PY
 ' | sed 's/^/   /' || die "ansible-runner run of playbooks/preflight.yml"
+
+log "5. ansible-runner --process-isolation from this machine (the venv's runner starts a container of the image)"
+runner_bin=$repo/.venv/bin/ansible-runner
+if [[ -x $runner_bin ]]; then
+  pd=$(mktemp -d /tmp/dspark-ee-check.XXXXXX)
+  trap 'rm -rf "$pd"' EXIT
+  mkdir -p "$pd/env" "$pd/inventory" "$pd/project"
+  # The committed project (the checkout holds .venv and .lab: too much to mount), the example inventory.
+  git -C "$repo" archive HEAD | tar -x -C "$pd/project"
+  cp -r "$repo/inventories/example/." "$pd/inventory/"
+  printf '%s\n' '{"preflight_check_reachability": false, "vault_dspark_api_key": "ee-check-not-a-secret-key"}' >"$pd/env/extravars"
+  "$runner_bin" run "$pd" -p playbooks/preflight.yml --ident ee-check --process-isolation \
+    --process-isolation-executable docker --container-image "$image" \
+    --container-option="--name=dspark-ee-check-$$-runner" --container-option=--network=none >"$pd/stdout.txt" 2>&1 \
+    || { tail -30 "$pd/stdout.txt"; die "ansible-runner --process-isolation"; }
+  [[ $(cat "$pd/artifacts/ee-check/status") == successful && $(cat "$pd/artifacts/ee-check/rc") == 0 ]] \
+    || die "ansible-runner --process-isolation: $(cat "$pd/artifacts/ee-check/status")"
+  log "   status=successful rc=0 job events=$(find "$pd/artifacts/ee-check/job_events" -name '*.json' | wc -l), in $image"
+else
+  log "   skipped: no $runner_bin (make venv)"
+fi
 
 log "PASSED in $((SECONDS - start)) s ($image, $(docker image inspect -f '{{ .Size }}' "$image" | awk '{ printf "%.0f MB", $1 / 1e6 }'))"
