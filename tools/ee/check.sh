@@ -54,7 +54,8 @@ for c in dspark.cluster community.docker ansible.posix ansible.utils community.g
   grep -q "^$c " <<<"$out" || die "collection $c is not installed"
 done
 log "   $(grep -E '^(dspark|community|ansible)\.[a-z]' <<<"$out" | awk '{ printf "%s %s, ", $1, $2 }' | sed 's/, $//')"
-in_ee ansible-doc dspark.cluster.tp_ranks | grep -q "tp_ranks" || die "ansible-doc dspark.cluster.tp_ranks"
+out=$(in_ee ansible-doc dspark.cluster.tp_ranks) || die "ansible-doc dspark.cluster.tp_ranks"
+grep -q "tp_ranks" <<<"$out" || die "ansible-doc dspark.cluster.tp_ranks shows no documentation"
 log "   ansible-doc dspark.cluster.tp_ranks: ok"
 
 log "3. syntax checks"
