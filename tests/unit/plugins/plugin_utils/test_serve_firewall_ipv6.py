@@ -3,24 +3,23 @@
 The ruleset in both families: every new IPv6 packet arriving on a fabric interface (by name) is dropped, SSH excepted;
 the API and rendezvous drops are family-neutral, so an IPv6 stranger meets them as an IPv4 one does; without a known
 interface name only those ports are closed over IPv6 and the plan says why. Then `nft -c -f` on the generated file, and
-real packets in a throw-away namespace topology (as test_serve_firewall_packets.py, with IPv6 on both links: a global
-and a link-local address on the fabric, a global one on the management side). Skipped where unshare, ip or nft are
+real packets in the throw-away namespace topology of firewall_netns.py (IPv6 on both links: a global and a link-local
+address on the fabric, a global one on the management side). Skipped where unshare, ip or nft are
 missing or unprivileged namespaces are not allowed.
 """
 
-import json
 import os
 import shutil
 import subprocess
-import sys
-import textwrap
 
 import pytest
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_firewall as fw
 from ansible_collections.dspark.cluster.plugins.filter.serve_firewall import FilterModule
 
-NFT = shutil.which("nft") or "/usr/sbin/nft"
+import firewall_netns  # noqa: E402  (the namespace harness beside this file)
+
+NFT = firewall_netns.NFT
 FABRIC = {"dspark_fabric_interface": "enp1s0f1np1", "fabric_secondary_interface": ""}
 IPV6_DROP = 'meta nfproto ipv6 iifname { "enp1s0f1np1" } drop'
 
@@ -129,47 +128,6 @@ def test_nft_accepts_the_file(tmp_path, interfaces):
 
 # --------------------------------------------------------------------------- real packets, both families
 
-LISTEN = textwrap.dedent("""
-    import socket, sys, threading, time
-    socks = []
-    # An engine that binds the wildcard (41234): reachable wherever the table does not close it.
-    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
-        for port in (22, 8888, 25000, 5000, 41234):
-            s = socket.socket(family); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            s.bind((addr, port)); s.listen(64); socks.append(s)
-    def serve(s):
-        while True:
-            c, _a = s.accept(); c.close()
-    for s in socks:
-        threading.Thread(target=serve, args=(s,), daemon=True).start()
-    open(sys.argv[1], "w").write("ready")
-    time.sleep(900)
-""")
-
-PROBE = textwrap.dedent("""
-    import json, socket, sys
-    out = {}
-    for item in sys.argv[1:]:
-        src, dst, port, dev = item.split(",")
-        if ":" in dst:
-            scope = socket.if_nametoindex(dev) if dst.startswith("fe80") else 0
-            s = socket.socket(socket.AF_INET6); s.bind((src, 0, 0, scope)); target = (dst, int(port), 0, scope)
-        else:
-            s = socket.socket(); s.bind((src, 0)); target = (dst, int(port))
-        s.settimeout(1.0)
-        try:
-            s.connect(target); out[item] = "open"
-        except ConnectionRefusedError:
-            out[item] = "refused"
-        except OSError:
-            out[item] = "blocked"
-        finally:
-            s.close()
-    print(json.dumps(out))
-""")
-
 # (namespace, source, destination, port, expected after the firewall); the device is the source side's link.
 CASES = [
     ("fab", "fd77::3", "fd77::1", 41234, "blocked"),        # a global IPv6 on the fabric: the engine's wildcard port
@@ -192,69 +150,17 @@ CASES = [
     ("mgmt", "10.0.0.20", "10.0.0.1", 8888, "blocked"),
     ("node", "::1", "::1", 8888, "open"),                   # loopback
 ]
-DEVICES = {"fab": "fn", "mgmt": "mn", "node": "lo"}
-
-
-def script(tmp_path, ruleset_path):
-    ns = {"node": [], "fab": [], "mgmt": []}
-    for name, src, dst, port, dummy in CASES:
-        ns[name].append("%s,%s,%d,%s" % (src, dst, port, DEVICES[name]))
-    (tmp_path / "listen.py").write_text(LISTEN)
-    (tmp_path / "probe.py").write_text(PROBE)
-    py = sys.executable
-
-    def probes(tag):
-        return "\n".join("ip netns exec %s %s %s/probe.py %s > %s/%s-%s.json" % (name, py, tmp_path, " ".join(items), tmp_path, tag, name)
-                         for name, items in ns.items())
-    return textwrap.dedent("""
-        set -e
-        mkdir -p /run/netns && mount -t tmpfs none /run/netns
-        for n in node fab mgmt; do ip netns add $n; ip -n $n link set lo up; done
-        ip link add nf type veth peer name fn && ip link set nf netns node && ip link set fn netns fab
-        ip link add nm type veth peer name mn && ip link set nm netns node && ip link set mn netns mgmt
-        ip -n node addr add 10.77.77.1/24 dev nf && ip -n node addr add 10.0.0.1/24 dev nm
-        ip -n node -6 addr add fd77::1/64 dev nf nodad && ip -n node -6 addr add fe80::1/64 dev nf nodad
-        ip -n node -6 addr add fd00::1/64 dev nm nodad
-        for a in 10.77.77.2 10.77.77.3; do ip -n fab addr add $a/24 dev fn; done
-        ip -n fab -6 addr add fd77::3/64 dev fn nodad && ip -n fab -6 addr add fe80::3/64 dev fn nodad
-        for a in 10.0.0.5 10.0.0.9 10.0.0.20; do ip -n mgmt addr add $a/24 dev mn; done
-        for a in fd00::5 fd00::9 fd00::20; do ip -n mgmt -6 addr add $a/64 dev mn nodad; done
-        ip -n node link set nf up && ip -n node link set nm up && ip -n fab link set fn up && ip -n mgmt link set mn up
-        sleep 1
-        ip netns exec node {py} {t}/listen.py {t}/ready > /dev/null 2>&1 &
-        listener=$!
-        for i in $(seq 50); do [ -e {t}/ready ] && break; sleep 0.1; done
-        {before}
-        ip netns exec node {nft} -c -f {r}
-        ip netns exec node {nft} -f {r}
-        {after}
-        kill $listener
-    """).format(py=py, t=tmp_path, nft=NFT, r=ruleset_path, before=probes("before"), after=probes("after"))
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    if not (shutil.which("unshare") and shutil.which("ip") and os.path.exists(NFT)):
-        pytest.skip("needs unshare, ip and nft")
-    tmp_path = tmp_path_factory.mktemp("packets6")
-    ruleset = tmp_path / "fw.nft"
     plan = fw.plan(model(), ["10.0.0.0/29", "fd00::/125"], [22], ["10.0.0.9", "fd00::9"],
                    fabric_interfaces={"dspark_fabric_interface": "nf"})
-    ruleset.write_text(plan["ruleset"])
-    run = subprocess.run(["unshare", "-rnm", "--propagation", "private", "sh", "-c", script(tmp_path, ruleset)],
-                         capture_output=True, text=True, timeout=300, check=False)
-    if run.returncode and not (tmp_path / "ready").exists():
-        pytest.skip("cannot build the namespaces here: %s" % run.stderr.strip()[-500:])
-    assert run.returncode == 0, run.stderr
-    found = {}
-    for tag in ("before", "after"):
-        for name in ("node", "fab", "mgmt"):
-            found.setdefault(tag, {}).update(json.loads((tmp_path / ("%s-%s.json" % (tag, name))).read_text()))
-    return found
+    return firewall_netns.probe(tmp_path_factory.mktemp("packets6"), plan["ruleset"], CASES)
 
 
 @pytest.mark.parametrize("name, src, dst, port, expected", CASES, ids=["%s %s->%s:%d" % c[:4] for c in CASES])
 def test_packets(results, name, src, dst, port, expected):
-    key = "%s,%s,%d,%s" % (src, dst, port, DEVICES[name])
+    key = firewall_netns.key(name, src, dst, port)
     assert results["before"][key] == "open", "the listener is not reachable even without the firewall"
     assert results["after"][key] == expected
