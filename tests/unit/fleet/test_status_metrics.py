@@ -353,6 +353,8 @@ def test_status_shows_the_engines_numbers(tmp_path, metrics_project, venv_path, 
     assert doc["groups"]["grp_up"]["metrics"] == HEAD_NUMBERS
     assert doc["groups"]["grp_dark"]["metrics"] is None
     assert doc["groups"]["grp_dark"]["metrics_reason"] == "GET /metrics on the head answered HTTP 404"
+    markdown = (tmp_path / "st" / "report.md").read_text()
+    assert "## Engine (vLLM) per group" in markdown and "| grp_up | 3 | 1 | 42.8 % | 0.679 s |" in markdown, markdown
 
 
 def test_status_with_prometheus_from_the_environment(tmp_path, metrics_project, venv_path, capsys, monkeypatch):

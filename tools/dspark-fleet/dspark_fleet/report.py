@@ -321,6 +321,10 @@ def to_markdown(report):
         rows.append([name, "**%s**" % group["result"], _duration(group.get("duration_s")), group.get("changed"),
                      short_image(group.get("image_id")), model, _proof_text(group, cmd["subcommand"])])
     out += _table(["group", "result", "duration", "changed", "image", "model", "proof / failure"], rows)
+    if any("metrics" in group for group in report["groups"].values()):
+        from . import metrics  # pylint: disable=import-outside-toplevel  # status only; metrics reads the collection
+        out += ["", "## Engine (vLLM) per group", ""]
+        out += _table(["group", "running", "waiting", "KV cache", "TTFT p95", "source"], metrics.rows(report["groups"]))
     for name, group in report["groups"].items():
         out += _group_section(name, group, cmd["subcommand"])
     return "\n".join(out) + "\n"
