@@ -145,6 +145,8 @@ def test_rolling_reprovision_through_the_router_loses_no_request(tmp_path):
         "-e", '{"serve_force_restart": true}'))
     assert rc == 0, out[-4000:]
     doc = json.loads((tmp_path / "roll" / "report.json").read_text())
+    # Qualified before it was drained (the fleet suite's roll skips this step: it is proven here).
+    assert doc["groups"][GROUP]["qualify"]["verdict"] == "qualified", doc["groups"][GROUP].get("qualify")
     summary, out_of_rotation = rollcheck.assert_rolled(doc, records, [GROUP], min_sent=30, serving=[GROUP, SIM_GROUP])
     print("\nrolling reprovision through the router: %d requests, 0 failed; out of rotation (s): %s"
           % (summary["sent"], out_of_rotation))

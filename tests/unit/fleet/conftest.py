@@ -30,6 +30,14 @@ def fold(name_or_events):
     return state
 
 
+@pytest.fixture(autouse=True)
+def own_state_dir(tmp_path_factory, monkeypatch):
+    """Each test's locks and default artifacts in a directory of its own, not the cwd's .dspark-fleet: make test runs
+    these tests on two ansible-cores at once (unit and unit-newest in different lanes), and a group name such as g1
+    would otherwise share one lock file between them."""
+    monkeypatch.setenv("DSPARK_FLEET_STATE_DIR", str(tmp_path_factory.mktemp("fleet-state")))
+
+
 @pytest.fixture
 def stream():
     return load_stream
