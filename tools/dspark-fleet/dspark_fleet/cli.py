@@ -22,7 +22,7 @@ import time
 from datetime import datetime, timezone
 
 from . import __version__, fingerprint, inventory, locks, progress, qualify, report, resume, rolling, router_step, runner_exec
-from . import trust
+from . import metrics, trust
 from . import watch
 from .orchestrator import Fleet, GroupRun, default_judge
 from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED, OK, RUNNING, SKIPPED, SUCCESS, Scheduler
@@ -577,7 +577,6 @@ def print_plan(entries):
 def print_status(entries):
     """One table: a row per member (its serve_status, or why there is none), serving on the head's row; then the
     engine's numbers per group (metrics.py) when cmd_status attached them."""
-    from . import metrics  # pylint: disable=import-outside-toplevel
     header = ["group", "node", "rank", "container", "restarts", "image", "API models", "serving"]
     rows = []
     for name, entry in entries.items():
@@ -674,12 +673,9 @@ def converge_router(ctx, interrupts, prog):
     the roll with --rolling; its section goes into the report. Returns its result (converged, failed, cancelled or
     skipped)."""
     routers = ctx.inv.hosts_of(router_step.GROUP)
-    stopped = bool(interrupts.count) or bool(ctx.meta.get("stop_reason"))
+    stopped = ctx.meta.get("stop_reason") or interrupts.reason or False
     run, reason = router_step.decide(ctx.subcommand, routers, ctx.groups, ctx.inv.groups, ctx.rolling is not None,
                                      ctx.tags, stopped)
-    if stopped and routers:
-        reason = "the run stopped early (%s): the router was left as it was" % (
-            ctx.meta.get("stop_reason") or interrupts.reason)
     ctx.meta["router"] = (router_step.converge(ctx, interrupts, prog, routers, reason) if run
                           else router_step.skipped(reason))
     return ctx.meta["router"]["result"]
@@ -694,7 +690,6 @@ def cmd_plan(ctx, interrupts, prog):
 
 
 def cmd_status(ctx, interrupts, prog):
-    from . import metrics  # pylint: disable=import-outside-toplevel
     prometheus = ctx.args.prometheus or os.environ.get(metrics.PROMETHEUS_ENV) or None
     try:
         prometheus = metrics.check_url(prometheus) if prometheus else None

@@ -13,7 +13,7 @@ import os
 import tempfile
 from datetime import datetime, timezone
 
-from . import __version__
+from . import __version__, metrics
 from .events import image_id
 from .qualify import markdown as qualify_markdown
 from .scheduler import RESULTS
@@ -322,7 +322,6 @@ def to_markdown(report):
                      short_image(group.get("image_id")), model, _proof_text(group, cmd["subcommand"])])
     out += _table(["group", "result", "duration", "changed", "image", "model", "proof / failure"], rows)
     if any("metrics" in group for group in report["groups"].values()):
-        from . import metrics  # pylint: disable=import-outside-toplevel  # status only; metrics reads the collection
         out += ["", "## Engine (vLLM) per group", ""]
         out += _table(["group", "running", "waiting", "KV cache", "TTFT p95", "source"], metrics.rows(report["groups"]))
     for name, group in report["groups"].items():

@@ -28,13 +28,15 @@ IDENT = "router"
 
 
 def decide(subcommand, routers, selected, every_group, rolling, tags, interrupted):
-    """(run, reason): whether the router is converged after the groups, and why (or why not)."""
+    """(run, reason): whether the router is converged, and why (or why not). ``interrupted``: false, or why the run
+    stopped early (True when no reason is known)."""
     if subcommand != "reprovision":
         return False, "only reprovision converges the router"
     if not routers:
         return False, "the inventory has no host in group %s" % GROUP
     if interrupted:
-        return False, "the run was interrupted: the router was left as it was"
+        why = interrupted if isinstance(interrupted, str) else "interrupted"
+        return False, "the run stopped early (%s): the router was left as it was" % why
     if tags:
         return False, "--tags %s limits what runs: run %s to converge the router" % (tags, PLAYBOOK)
     if rolling:
