@@ -22,7 +22,7 @@ import time
 from datetime import datetime, timezone
 
 from . import __version__, fingerprint, inventory, locks, progress, qualify, report, resume, rolling, router_step, runner_exec
-from . import metrics, trust
+from . import metrics, proven, trust
 from . import watch
 from .orchestrator import Fleet, GroupRun, default_judge
 from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED, OK, RUNNING, SKIPPED, SUCCESS, Scheduler
@@ -117,6 +117,12 @@ def build_parser():
                      help="with --rolling: do not run %s --limit <group> before draining each group (by default a "
                           "group that is not qualified is left in rotation untouched and counts as failed, without "
                           "holding a --max-unavailable slot)" % rolling.QUALIFY)
+
+    rep.add_argument("--no-rollback", action="store_true", default=None,
+                     help="with --rolling: a group that fails its proof with another image, model or revision than "
+                          "its last proven ones (recorded in <state dir>/%s/) stays out of rotation; by default it is "
+                          "reprovisioned again with the recorded ones, proven, put back, and the roll stops"
+                          % proven.FOLDER)
 
     stat = sub.add_parser("status", parents=[common], allow_abbrev=False,
                           help="playbooks/status.yml per group: every rank's container, image and the API, as one "
@@ -259,6 +265,10 @@ class Context:
         except fingerprint.ExtraVarsError as exc:
             raise UsageError(str(exc)) from None
         self.tags = getattr(args, "tags", None)
+        # reprovision: the image and revision each group's run uses, and where the proven ones are recorded.
+        self.store = proven.Store(locks.state_dir(args.state_dir)) if self.subcommand == "reprovision" else None
+        self.configs = (dict((g, proven.config_of(self.inv, g, args.extra_vars)) for g in self.groups)
+                        if self.store is not None else {})
         self.rolling = self._rolling_runner(args, argv)
         self.code = fingerprint.code_digest(self.project_dir)
         self.fingerprints = dict(
@@ -286,6 +296,7 @@ class Context:
                 "rolling": self.rolling is not None,
                 "max_unavailable": self.max_unavailable,
                 "qualify_before_drain": (self.rolling.qualify_first if self.rolling is not None else None),
+                "rollback": (self.rolling.rollback_enabled if self.rolling is not None else None),
             },
             "extra_vars": {"count": len(args.extra_vars), "sha256": self.extra_digest},
         }
@@ -298,7 +309,8 @@ class Context:
         """The RollingRunner of --rolling (None without it), after checking the options against the inventory."""
         self.max_unavailable = None
         if not getattr(args, "rolling", False):
-            given = [o for o in ("--max-unavailable", "--drain-timeout", "--on-drain-timeout", "--no-qualify")
+            given = [o for o in ("--max-unavailable", "--drain-timeout", "--on-drain-timeout", "--no-qualify",
+                                 "--no-rollback")
                      if getattr(args, o[2:].replace("-", "_"), None) is not None]
             if given:
                 raise UsageError("%s only apply with --rolling" % ", ".join(given))
@@ -325,7 +337,8 @@ class Context:
         return rolling.RollingRunner(runner_exec.run_playbook, self.project_dir, extra_vars=args.extra_vars,
                                      drain_timeout=args.drain_timeout,
                                      on_drain_timeout=args.on_drain_timeout or "fail",
-                                     qualify=qualify_first, members=self.members)
+                                     qualify=qualify_first, members=self.members, store=self.store,
+                                     configs=self.configs, rollback=not args.no_rollback)
 
     def prepare_artifacts(self):
         try:
@@ -432,6 +445,8 @@ def group_entries(ctx, runs, skips=None, skip_previous=None):
                 entries[group]["qualify"] = qualify.section(entries[group], run.events)
             elif ctx.rolling is not None:
                 _rolling_qualify(ctx.rolling, group, entries[group], error)
+                if ctx.rolling.rollback_view(group) is not None:
+                    entries[group]["rollback"] = dict(ctx.rolling.rollback_view(group))
     return entries
 
 
@@ -557,6 +572,8 @@ def print_summary(ctx, entries):
         if rotation:
             line += "; " + report.rotation_text(rotation)
         print(line)
+        if entry.get("rollback"):
+            print("  %-*s rollback: %s" % (width, "", report.rollback_text(entry["rollback"])))
         step = entry.get("qualify")
         if entry["result"] == FAILED and step and step["verdict"] != qualify.QUALIFIED and len(step["failing"]) > 1:
             for check in step["failing"]:
@@ -647,7 +664,8 @@ def cmd_reprovision(ctx, interrupts, prog):
     # A group left in rotation because it was not qualified holds no slot.
     if ctx.rolling is not None:
         scheduler = rolling.RollingScheduler(to_run, parallel=ctx.max_unavailable, canary=ctx.args.canary,
-                                             max_failed=ctx.args.max_failed, in_rotation=ctx.rolling.in_rotation)
+                                             max_failed=ctx.args.max_failed, in_rotation=ctx.rolling.in_rotation,
+                                             roll_stopped=ctx.rolling.roll_stopped)
         prog.message("rolling through the router: at most %d group(s) out of rotation at once%s" % (
             ctx.max_unavailable, ", each qualified first (%s)" % rolling.QUALIFY if ctx.rolling.qualify_first
             else ""))
@@ -655,7 +673,10 @@ def cmd_reprovision(ctx, interrupts, prog):
         scheduler = Scheduler(to_run, parallel=ctx.args.parallel, canary=ctx.args.canary,
                               max_failed=ctx.args.max_failed)
     # Each group's run holds the group's lock (shared with `watch`), waiting while the supervisor holds it.
-    guarded = locks.locked_runner(locks.state_dir(ctx.args.state_dir), ctx.rolling or runner_exec.run_playbook,
+    # A group proven by site.yml has its image and revision recorded (the rolling runner records its own).
+    plain = proven.recording_runner(ctx.store, ctx.configs, runner_exec.run_playbook, on_error=lambda g, exc: (
+        prog.message("%s: its proven image and revision could not be recorded: %s" % (g, exc))))
+    guarded = locks.locked_runner(locks.state_dir(ctx.args.state_dir), ctx.rolling or plain,
                                   "reprovision",
                                   on_wait=lambda g, h: prog.message("%s: waiting for its lock (%s)" % (
                                       g, locks.describe(h))))

@@ -131,6 +131,34 @@ def rotation_text(rotation):
     return ", ".join(parts) or "not drained"
 
 
+ROLLBACK_RESULTS = {"rolled_back": "rolled back, proven and back in rotation",
+                    "proven_left_out": "rolled back and proven, but its health check did not pass: LEFT OUT OF ROTATION",
+                    "failed": "the rollback FAILED its proof too: LEFT OUT OF ROTATION (drained)",
+                    "cancelled": "the rollback was cancelled: LEFT OUT OF ROTATION (drained)",
+                    "not_attempted": "not attempted"}
+
+
+def _config_text(config):
+    if not config:
+        return "-"
+    revision = config.get("revision")
+    return "image %s, model %s%s" % (config.get("image") or "?", config.get("model") or "?",
+                                     ("@" + str(revision)[:12]) if revision else "")
+
+
+def rollback_text(rollback):
+    """--rolling, a group that failed its proof: whether it went back to its last proven image and revision."""
+    text = ROLLBACK_RESULTS.get(rollback.get("result"), str(rollback.get("result")))
+    if rollback.get("attempted"):
+        text += " (from %s to %s, proven %s)" % (_config_text(rollback.get("from")), _config_text(rollback.get("to")),
+                                                 rollback.get("recorded_at") or "?")
+    if rollback.get("reason"):
+        text += ": %s" % rollback["reason"]
+    if rollback.get("error"):
+        text += "; %s" % rollback["error"]
+    return text
+
+
 def status_view(events):
     """Rows of `status`: one per rank, from each rank's serve_status fact."""
     rows = []
@@ -273,7 +301,9 @@ def _proof_text(group, subcommand="qualify"):
         return "ranks %s (world size %s), ready %s" % (
             ranks or "-", proof.get("world_size"), proof.get("ready_at_iso") or "-")
     if group.get("failure"):
-        return "FAILED: " + group["failure"]["summary"]
+        rollback = group.get("rollback") or {}
+        return "FAILED: " + group["failure"]["summary"] + (
+            " (%s)" % ROLLBACK_RESULTS[rollback["result"]] if rollback.get("attempted") else "")
     if group.get("skip_reason"):
         return group["skip_reason"]
     return "-"
@@ -361,6 +391,10 @@ def _group_section(name, group, subcommand):
         out.append("- log: `%s` (artifacts `%s`)" % (logs.get("stdout"), logs.get("artifacts_dir")))
     if group.get("rotation"):
         out.append("- router: %s" % rotation_text(group["rotation"]))
+    if group.get("rollback"):
+        out.append("- **rollback**: %s" % rollback_text(group["rollback"]))
+        if (group["rollback"].get("logs") or {}).get("stdout"):
+            out.append("- rollback log: `%s`" % group["rollback"]["logs"]["stdout"])
     if group.get("controller_memory_peak_kib"):
         out.append("- controller memory peak (ansible-playbook): %.0f MiB"
                    % (group["controller_memory_peak_kib"] / 1024.0))

@@ -13,6 +13,13 @@ Per group, under its lock, up to four ansible-playbook runs whose events fold in
 2. site.yml --limit <group>: reprovision, ending with the tp_ranks proof.
 3. playbooks/router_enable.yml: back in rotation once the router's health check passes.
 
+A group whose site.yml run ends with its tp_ranks proof has its image and model revision recorded (proven.py).
+When site.yml fails instead (not cancelled) and the run's image, model or revision differs from that record, the
+group is rolled back (unless rollback=False, --no-rollback): site.yml --limit <group> again with the recorded values
+as extra vars (after the run's own, so they win; through the same 0600 files), its own phase ``rollback``. Proven
+again, it is put back in rotation; either way the roll stops (`stop_reason`: no further group is drained) and the
+group counts as failed. A rollback that fails its proof too leaves the group drained. The report's ``rollback``.
+
 A group whose reprovisioning (or enable) fails stays out of rotation and the report says so. A group that is
 drained but never touched (drain bound hit with --on-drain-timeout fail, or a cancel before site.yml) is put
 back. The scheduler counts a failed group as still unavailable (see Scheduler(hold_failed=True)), except one that
@@ -26,8 +33,8 @@ import json
 import os
 import threading
 
-from . import qualify
-from .events import GroupEvents
+from . import proven, qualify
+from .events import GroupEvents, image_id
 from .runner_exec import RunResult, stdout_tail
 from .scheduler import FAILED, Scheduler
 
@@ -39,6 +46,8 @@ QUALIFY_PLAY = "Qualify before the drain"     # the step's plays, as the group's
 # when the group is not qualified, its facts never.
 FORWARDED = ("playbook_on_start", "playbook_on_play_start", "playbook_on_task_start", "runner_on_start",
              "playbook_on_stats")
+ROLLBACK_PLAY = "Rollback"      # the rollback run's plays, as the group's phase rollback
+ROLLBACK_FORWARDED = ("playbook_on_start", "playbook_on_play_start", "playbook_on_task_start")
 ROUTER_GROUP = "dspark_router"
 ON_DRAIN_TIMEOUT = ("fail", "continue")
 
@@ -100,16 +109,17 @@ class RollingScheduler(Scheduler):
     """Scheduler(hold_failed=True), except that a failed group for which `in_rotation(group)` is True (never
     drained: not qualified) holds no slot; it still counts for max_failed and the canaries."""
 
-    def __init__(self, groups, parallel=1, canary=0, max_failed=None, in_rotation=None):
+    def __init__(self, groups, parallel=1, canary=0, max_failed=None, in_rotation=None, roll_stopped=None):
         super().__init__(groups, parallel=parallel, canary=canary, max_failed=max_failed, hold_failed=False)
         self.in_rotation = in_rotation or (lambda group: False)
+        self.roll_stopped = roll_stopped or (lambda: None)    # why the roll stops (a rollback), else None
 
     def held(self):
         """The failed groups still out of rotation, in order."""
         return [g for g in self.order if self.results.get(g) == FAILED and not self.in_rotation(g)]
 
     def blocked(self):
-        reason = super().blocked()
+        reason = super().blocked() or self.roll_stopped()
         if reason is None and len(self.held()) >= self.parallel:
             reason = "max-unavailable reached: %s failed and stay(s) out of rotation (--max-unavailable %d)" % (
                 ", ".join(self.held()), self.parallel)
@@ -133,7 +143,7 @@ class RollingRunner:
     `untouched` holds the groups left in rotation because they were not qualified."""
 
     def __init__(self, base_runner, project_dir, extra_vars=(), drain_timeout=None, on_drain_timeout="fail",
-                 qualify=False, members=None):
+                 qualify=False, members=None, store=None, configs=None, rollback=True):
         if on_drain_timeout not in ON_DRAIN_TIMEOUT:
             raise ValueError("on_drain_timeout must be one of %s" % ", ".join(ON_DRAIN_TIMEOUT))
         self.base = base_runner
@@ -143,9 +153,14 @@ class RollingRunner:
         self.on_drain_timeout = on_drain_timeout
         self.qualify_first = qualify
         self.members = members          # group -> [{host, rank}]; None: the hosts the qualify run named
+        self.store = store              # proven.Store: the last proven image and revision per group; None: none
+        self.configs = configs or {}    # group -> proven.config_of(): the image and revision this run uses
+        self.rollback_enabled = rollback
         self.rotation = {}
         self.qualified = {}
+        self.rollbacks = {}
         self.untouched = set()
+        self.stop_reason = None
         self._lock = threading.Lock()
 
     def in_rotation(self, group):
@@ -156,6 +171,15 @@ class RollingRunner:
     def qualify_view(self, group):
         with self._lock:
             return self.qualified.get(group)
+
+    def rollback_view(self, group):
+        with self._lock:
+            return self.rollbacks.get(group)
+
+    def roll_stopped(self):
+        """Why the roll stops (a group was rolled back), else None."""
+        with self._lock:
+            return self.stop_reason
 
     def _extra_args(self):
         args = []
@@ -241,6 +265,7 @@ class RollingRunner:
         with self._lock:
             self.rotation[group] = new_rotation()
             self.qualified.pop(group, None)
+            self.rollbacks.pop(group, None)
             self.untouched.discard(group)
         os.makedirs(spec.artifacts_dir, exist_ok=True)
         if self.qualify_first:
@@ -277,10 +302,14 @@ class RollingRunner:
             self._put_back(spec, event_handler, enable_path, drain_report, "cancelled before reprovisioning")
             return RunResult(status="canceled", rc=None, error="cancelled after the drain, before reprovisioning")
 
-        site = self.base(spec, event_handler=event_handler, cancel_callback=cancel_callback)
+        site, proof = proven.run_proven(self.base, spec, event_handler, cancel_callback)
+        if proof is not None:
+            self._record(group, proof, spec.artifact_dir)
         if site.status != "successful":
             self._set(group, left_out=True, note="left out of rotation: reprovisioning did not complete (%s)" %
                       site.status)
+            if site.status in ("failed", "timeout", "error") and not cancelled():
+                return self._rollback(spec, event_handler, cancel_callback, enable_path, drain_report, site)
             return site
         enable, enable_report = self._enable(spec, event_handler, enable_path)
         if enable.status != "successful":
@@ -289,6 +318,84 @@ class RollingRunner:
             return RunResult(status="failed", rc=enable.rc, error=enable.error)
         self._set(group, back_in_rotation=True, out_of_rotation_s=out_of_rotation_seconds(drain_report, enable_report))
         return site
+
+    def _record(self, group, proof, run, config=None):
+        """The group was proven with `config` (default: this run's image and revision): record it (a failure to
+        write is a note)."""
+        config = config if config is not None else self.configs.get(group)
+        if self.store is None or config is None:
+            return
+        try:
+            self.store.save(group, config, proof, run=run)
+        except OSError as exc:
+            self._set(group, note=("%s; " % self.rotation[group]["note"] if self.rotation[group]["note"] else "")
+                      + "its proven image and revision could not be recorded: %s" % exc)
+
+    def _rollback(self, spec, event_handler, cancel_callback, enable_path, drain_report, site):
+        """site.yml failed on a drained group: back to its last proven image and revision when they differ, prove,
+        put it back in rotation, stop the roll. Returns the group's (failed) RunResult."""
+        group = spec.ident
+        if self.store is None:          # nothing is recorded: no rollback to speak of
+            return site
+        config = self.configs.get(group)
+        record = self.store.load(group)
+        view = proven.new_rollback(config, record, self.store.path(group))
+        go, why = proven.decide(config, record, self.rollback_enabled)
+        with self._lock:
+            self.rollbacks[group] = view
+        if not go:
+            view["reason"] = why
+            return site
+        view["attempted"] = True
+        view["reason"] = "the failed run's %s differ(s) from the last proven" % (
+            ", ".join(key for key, _ in proven.VARIABLES if (config or {}).get(key) != record.get(key)) or "inputs")
+        with self._lock:
+            self.stop_reason = ("the roll stops: %s failed its proof with a new image or revision and was rolled back "
+                                "to the last proven one" % group)
+        failed_with = "reprovisioning with %s failed%s" % (proven.short(config), (": " + site.error) if site.error
+                                                            else "")
+        rspec = dataclasses.replace(spec, ident="%s.rollback" % group,
+                                    args=list(spec.args) + ["-e", json.dumps(proven.rollback_vars(record))])
+        view["logs"] = {"artifacts_dir": rspec.artifact_dir, "stdout": rspec.stdout_path}
+
+        def handle(event):
+            if event_handler is not None and event.get("event") in ROLLBACK_FORWARDED:
+                if event.get("event") == "playbook_on_play_start":
+                    data = dict(event.get("event_data") or {})
+                    data["play"] = "%s - %s" % (ROLLBACK_PLAY, data.get("play") or data.get("name") or "")
+                    event = dict(event, event_data=data)
+                event_handler(event)
+
+        back, proof = proven.run_proven(self.base, rspec, handle, cancel_callback)
+        if proof is None:
+            view["result"] = "cancelled" if back.status == "canceled" else "failed"
+            tail = stdout_tail(rspec.stdout_path, 4) if back.error is None else ""
+            view["error"] = back.error or "site.yml with the last proven image and revision ended %s (rc %s)%s" % (
+                back.status, back.rc, (": " + tail) if tail else "")
+            self._set(group, note="left out of rotation: %s; the rollback to %s %s too, it stays drained" % (
+                failed_with, proven.short(record), "was cancelled" if back.status == "canceled" else "failed"))
+            return RunResult(status="failed", rc=site.rc, error="%s; rollback to the last proven %s %s: the group "
+                             "stays out of rotation; the roll stops" % (
+                                 failed_with, proven.short(record),
+                                 "cancelled" if back.status == "canceled" else "FAILED too (%s)" % view["error"]))
+        view["image_id"] = image_id(proof)
+        self._record(group, proof, rspec.artifact_dir, config=record)
+        enable, enable_report = self._enable(spec, event_handler, enable_path)
+        if enable.status != "successful":
+            view["result"] = "proven_left_out"
+            self._set(group, note="left out of rotation: %s; rolled back to %s and proven, but the router's health "
+                                  "check did not pass (router_enable.yml %s)" % (
+                                      failed_with, proven.short(record), enable.status))
+            return RunResult(status="failed", rc=site.rc, error="%s; rolled back to the last proven %s and proven, "
+                             "but not back in rotation (router_enable.yml %s); the roll stops" % (
+                                 failed_with, proven.short(record), enable.status))
+        view["result"] = "rolled_back"
+        self._set(group, left_out=False, back_in_rotation=True,
+                  out_of_rotation_s=out_of_rotation_seconds(drain_report, enable_report),
+                  note="rolled back to its last proven image and revision, proven and back in rotation (%s)" %
+                  failed_with)
+        return RunResult(status="failed", rc=site.rc, error="%s; rolled back to the last proven %s, proven and back "
+                         "in rotation; the roll stops" % (failed_with, proven.short(record)))
 
     def _put_back(self, spec, event_handler, enable_path, drain_report, why):
         enable, enable_report = self._enable(spec, event_handler, enable_path)
