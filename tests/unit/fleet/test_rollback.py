@@ -188,7 +188,8 @@ def test_failed_rollback_stays_drained(tmp_path):
     assert view["attempted"] and view["result"] == "failed" and "ended failed (rc 2)" in view["error"]
     rotation = runner.rotation["grp"]
     assert rotation["left_out"] and not rotation["back_in_rotation"] and "it stays drained" in rotation["note"]
-    assert "FAILED too" in result.error and runner.roll_stopped() is not None
+    assert "FAILED too" in result.error
+    assert runner.roll_stopped().endswith("the rollback to the last proven one failed too, it stays drained")
     assert store.load("grp")["proven_at"] == 1000.0                      # the record is unchanged
     assert "LEFT OUT OF ROTATION" in report.rollback_text(view)
 
@@ -252,7 +253,8 @@ def test_roll_with_a_bad_image_rolls_group_2_back_and_stops(tmp_path, fake_proje
     assert list(g2["phases"])[-2:] == ["rollback", "router_enable"]
     assert store.load("g2")["image"] == "reg/vllm:1"
     assert g3["result"] == "not_started" and store.load("g3")["image"] == "reg/vllm:1"
-    assert doc["stop_reason"].startswith("the roll stops: g2 failed its proof with a new image")
+    assert doc["stop_reason"] == ("the roll stops: g2 failed its proof with a new image or revision; rolled back "
+                                 "to the last proven one, proven and back in rotation")
     assert "rollback: rolled back, proven and back in rotation (from image reg/vllm:2" in out
     markdown = (tmp_path / "b" / "report.md").read_text()
     assert "- **rollback**: rolled back, proven and back in rotation" in markdown

@@ -75,8 +75,8 @@ def build_parser():
                         help="the collection checkout with site.yml and ansible.cfg (default: this tool's repository)")
     common.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     common.add_argument("--state-dir", metavar="DIR",
-                        help="the per-group lock files (DIR/locks/) and the supervisor's journal "
-                             "(default $%s, else %s)" % (locks.STATE_DIR_ENV, locks.DEFAULT_STATE_DIR))
+                        help="the per-group lock files (DIR/locks/), the last proven image and revision per group "
+                             "(DIR/proven/) and the supervisor's journal (default $%s, else %s)" % (locks.STATE_DIR_ENV, locks.DEFAULT_STATE_DIR))
 
     parser = argparse.ArgumentParser(
         prog="dspark-fleet", allow_abbrev=False,

@@ -331,6 +331,10 @@ class RollingRunner:
             self._set(group, note=("%s; " % self.rotation[group]["note"] if self.rotation[group]["note"] else "")
                       + "its proven image and revision could not be recorded: %s" % exc)
 
+    def _stop_roll(self, group, what):
+        with self._lock:
+            self.stop_reason = "the roll stops: %s failed its proof with a new image or revision; %s" % (group, what)
+
     def _rollback(self, spec, event_handler, cancel_callback, enable_path, drain_report, site):
         """site.yml failed on a drained group: back to its last proven image and revision when they differ, prove,
         put it back in rotation, stop the roll. Returns the group's (failed) RunResult."""
@@ -349,11 +353,9 @@ class RollingRunner:
         view["attempted"] = True
         view["reason"] = "the failed run's %s differ(s) from the last proven" % (
             ", ".join(key for key, _ in proven.VARIABLES if (config or {}).get(key) != record.get(key)) or "inputs")
-        with self._lock:
-            self.stop_reason = ("the roll stops: %s failed its proof with a new image or revision and was rolled back "
-                                "to the last proven one" % group)
-        failed_with = "reprovisioning with %s failed%s" % (proven.short(config), (": " + site.error) if site.error
-                                                            else "")
+        self._stop_roll(group, "rolling back to the last proven one")
+        failed_with = "reprovisioning with %s failed%s" % (proven.short(config),
+                                                           (": " + site.error) if site.error else "")
         rspec = dataclasses.replace(spec, ident="%s.rollback" % group,
                                     args=list(spec.args) + ["-e", json.dumps(proven.rollback_vars(record))])
         view["logs"] = {"artifacts_dir": rspec.artifact_dir, "stdout": rspec.stdout_path}
@@ -372,6 +374,8 @@ class RollingRunner:
             tail = stdout_tail(rspec.stdout_path, 4) if back.error is None else ""
             view["error"] = back.error or "site.yml with the last proven image and revision ended %s (rc %s)%s" % (
                 back.status, back.rc, (": " + tail) if tail else "")
+            self._stop_roll(group, "the rollback to the last proven one %s, it stays drained" % (
+                "was cancelled" if back.status == "canceled" else "failed too"))
             self._set(group, note="left out of rotation: %s; the rollback to %s %s too, it stays drained" % (
                 failed_with, proven.short(record), "was cancelled" if back.status == "canceled" else "failed"))
             return RunResult(status="failed", rc=site.rc, error="%s; rollback to the last proven %s %s: the group "
@@ -383,6 +387,8 @@ class RollingRunner:
         enable, enable_report = self._enable(spec, event_handler, enable_path)
         if enable.status != "successful":
             view["result"] = "proven_left_out"
+            self._stop_roll(group, "rolled back to the last proven one and proven, but its health check did not "
+                                   "pass: it stays drained")
             self._set(group, note="left out of rotation: %s; rolled back to %s and proven, but the router's health "
                                   "check did not pass (router_enable.yml %s)" % (
                                       failed_with, proven.short(record), enable.status))
@@ -390,6 +396,7 @@ class RollingRunner:
                              "but not back in rotation (router_enable.yml %s); the roll stops" % (
                                  failed_with, proven.short(record), enable.status))
         view["result"] = "rolled_back"
+        self._stop_roll(group, "rolled back to the last proven one, proven and back in rotation")
         self._set(group, left_out=False, back_in_rotation=True,
                   out_of_rotation_s=out_of_rotation_seconds(drain_report, enable_report),
                   note="rolled back to its last proven image and revision, proven and back in rotation (%s)" %
