@@ -4,6 +4,7 @@ project (a group whose new image never becomes ready: fake_fail_image)."""
 
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -75,6 +76,12 @@ def test_decide(config, record, enabled, go, why):
     assert (reason is None) if why is None else (why in reason)
 
 
+def test_decide_with_tags():
+    assert proven.decide(NEW, dict(OLD), tags="preflight, serve") == (True, None)
+    decided, reason = proven.decide(NEW, dict(OLD), tags="docker_runtime")
+    assert not decided and reason.startswith("--tags docker_runtime: the run does not reach the tp_ranks proof")
+
+
 # --------------------------------------------------------------------------- RollingRunner, no Ansible
 
 
@@ -118,20 +125,21 @@ def site_spec(tmp_path):
                    args=["-e", "dspark_image=reg/vllm:2"])
 
 
-def run_rolling(tmp_path, fake, record=None, config=NEW, **kwargs):
+def run_rolling(tmp_path, fake, record=None, config=None, **kwargs):
     store = proven.Store(str(tmp_path / "state"))
     if record is not None:
         store.save("grp", record, {"ok": True, "images": {"n": "sha256:old"}}, now=1000.0)
     runner = rolling.RollingRunner(fake, "/project", extra_vars=["dspark_image=reg/vllm:2"], store=store,
-                                   configs={"grp": config}, **kwargs)
+                                   configs={"grp": config or NEW}, **kwargs)
     seen = []
     result = runner(site_spec(tmp_path), event_handler=seen.append, cancel_callback=lambda: False)
-    return result, runner, store, seen
+    return SimpleNamespace(result=result, runner=runner, store=store, seen=seen)
 
 
 def test_failed_new_image_is_rolled_back_proven_and_put_back(tmp_path):
     fake = FakeRunner(outcomes={"grp": "failed"})
-    result, runner, store, seen = run_rolling(tmp_path, fake, record=OLD)
+    ran = run_rolling(tmp_path, fake, record=OLD)
+    result, runner, store, seen = ran.result, ran.runner, ran.store, ran.seen
     assert fake.calls == ["grp.drain", "grp", "grp.rollback", "grp.enable"]
     args = fake.specs["grp.rollback"].args
     assert args[:2] == ["-e", "dspark_image=reg/vllm:2"]                  # the run's own vars first, the record last
@@ -158,14 +166,16 @@ def test_failed_new_image_is_rolled_back_proven_and_put_back(tmp_path):
 
 def test_a_proven_run_is_recorded_and_nothing_is_rolled_back(tmp_path):
     fake = FakeRunner()
-    result, runner, store, _ = run_rolling(tmp_path, fake, record=OLD)
+    ran = run_rolling(tmp_path, fake, record=OLD)
+    result, runner, store = ran.result, ran.runner, ran.store
     assert result.status == "successful" and runner.rollback_view("grp") is None and runner.roll_stopped() is None
     assert store.load("grp")["image"] == "reg/vllm:2" and store.load("grp")["image_id"] == IMAGE_ID
 
 
 def test_no_record_no_rollback(tmp_path):
     fake = FakeRunner(outcomes={"grp": "failed"})
-    result, runner, _, _ = run_rolling(tmp_path, fake)
+    ran = run_rolling(tmp_path, fake)
+    result, runner = ran.result, ran.runner
     assert fake.calls == ["grp.drain", "grp"] and result.status == "failed"
     view = runner.rollback_view("grp")
     assert not view["attempted"] and view["result"] == "not_attempted" and view["to"] is None
@@ -175,14 +185,16 @@ def test_no_record_no_rollback(tmp_path):
 
 def test_same_config_no_rollback(tmp_path):
     fake = FakeRunner(outcomes={"grp": "failed"})
-    _, runner, _, _ = run_rolling(tmp_path, fake, record=NEW)
+    ran = run_rolling(tmp_path, fake, record=NEW)
+    runner = ran.runner
     assert fake.calls == ["grp.drain", "grp"]
     assert "nothing to go back to" in runner.rollback_view("grp")["reason"]
 
 
 def test_failed_rollback_stays_drained(tmp_path):
     fake = FakeRunner(outcomes={"grp": "failed", "grp.rollback": "failed"})
-    result, runner, store, _ = run_rolling(tmp_path, fake, record=OLD)
+    ran = run_rolling(tmp_path, fake, record=OLD)
+    result, runner, store = ran.result, ran.runner, ran.store
     assert fake.calls == ["grp.drain", "grp", "grp.rollback"]            # never put back
     view = runner.rollback_view("grp")
     assert view["attempted"] and view["result"] == "failed" and "ended failed (rc 2)" in view["error"]
@@ -196,20 +208,23 @@ def test_failed_rollback_stays_drained(tmp_path):
 
 def test_rollback_proven_but_health_check_fails(tmp_path):
     fake = FakeRunner(outcomes={"grp": "failed", "grp.enable": "failed"})
-    _, runner, _, _ = run_rolling(tmp_path, fake, record=OLD)
+    ran = run_rolling(tmp_path, fake, record=OLD)
+    runner = ran.runner
     assert runner.rollback_view("grp")["result"] == "proven_left_out" and runner.rotation["grp"]["left_out"]
 
 
 def test_no_rollback_option(tmp_path):
     fake = FakeRunner(outcomes={"grp": "failed"})
-    _, runner, _, _ = run_rolling(tmp_path, fake, record=OLD, rollback=False)
+    ran = run_rolling(tmp_path, fake, record=OLD, rollback=False)
+    runner = ran.runner
     assert fake.calls == ["grp.drain", "grp"]
     assert runner.rollback_view("grp")["reason"] == "rollback turned off (--no-rollback)"
 
 
 def test_cancelled_run_is_not_rolled_back(tmp_path):
     fake = FakeRunner(outcomes={"grp": "canceled"})
-    _, runner, _, _ = run_rolling(tmp_path, fake, record=OLD)
+    ran = run_rolling(tmp_path, fake, record=OLD)
+    runner = ran.runner
     assert fake.calls == ["grp.drain", "grp"] and runner.rollback_view("grp") is None
 
 
@@ -254,7 +269,7 @@ def test_roll_with_a_bad_image_rolls_group_2_back_and_stops(tmp_path, fake_proje
     assert store.load("g2")["image"] == "reg/vllm:1"
     assert g3["result"] == "not_started" and store.load("g3")["image"] == "reg/vllm:1"
     assert doc["stop_reason"] == ("the roll stops: g2 failed its proof with a new image or revision; rolled back "
-                                 "to the last proven one, proven and back in rotation")
+                                  "to the last proven one, proven and back in rotation")
     assert "rollback: rolled back, proven and back in rotation (from image reg/vllm:2" in out
     markdown = (tmp_path / "b" / "report.md").read_text()
     assert "- **rollback**: rolled back, proven and back in rotation" in markdown

@@ -338,7 +338,7 @@ class Context:
                                      drain_timeout=args.drain_timeout,
                                      on_drain_timeout=args.on_drain_timeout or "fail",
                                      qualify=qualify_first, members=self.members, store=self.store,
-                                     configs=self.configs, rollback=not args.no_rollback)
+                                     configs=self.configs, rollback=not args.no_rollback, tags=self.tags)
 
     def prepare_artifacts(self):
         try:

@@ -29,6 +29,7 @@ SCHEMA = "dspark-fleet-proven/1"
 FOLDER = "proven"
 # The report's names -> the inventory variables a rollback sets.
 VARIABLES = (("image", "dspark_image"), ("model", "dspark_model"), ("revision", "dspark_model_revision"))
+KEYS = tuple(key for key, variable in VARIABLES)
 
 
 def record_path(directory, group):
@@ -93,7 +94,7 @@ def config_of(inventory, group, extra_vars=(), cwd=None):
 
 def same(config, record):
     """Whether a run with `config` used the recorded image, model and revision."""
-    return all(config.get(key) == record.get(key) for key, _ in VARIABLES) and \
+    return all(config.get(key) == record.get(key) for key in KEYS) and \
         sorted(config.get("unresolved") or {}) == sorted(record.get("unresolved") or {})
 
 
@@ -179,16 +180,24 @@ def recording_runner(store, configs, runner, on_error=None):
 def new_rollback(config, record, path):
     """The report's `rollback` entry before anything is decided."""
     def view(conf):
-        return None if conf is None else dict((key, conf.get(key)) for key, _ in VARIABLES)
+        return None if conf is None else dict((key, conf.get(key)) for key in KEYS)
     return {"attempted": False, "from": view(config), "to": view(record), "result": "not_attempted",
             "reason": None, "record": path, "recorded_at": (record or {}).get("proven_at_iso"),
             "image_id": None, "error": None, "logs": None}
 
 
-def decide(config, record, enabled=True):
+def proves(tags):
+    """Whether a site.yml run with --tags `tags` (None: all) reaches the tp_ranks proof (the serve phase)."""
+    return tags is None or "serve" in [t.strip() for t in str(tags).split(",")]
+
+
+def decide(config, record, enabled=True, tags=None):
     """(roll back?, why not) for a group whose run with `config` failed its proof; `record` is its last proof."""
     if not enabled:
         return False, "rollback turned off (--no-rollback)"
+    if not proves(tags):
+        return False, "--tags %s: the run does not reach the tp_ranks proof (serve), a rollback could not be " \
+                      "proven" % tags
     if record is None:
         return False, "no record of a proven image and revision for this group (it was never proven by a " \
                       "reprovision with this state dir)"
@@ -201,7 +210,7 @@ def decide(config, record, enabled=True):
         return False, "the last proven %s cannot be replayed (%s)" % (
             ", ".join(sorted(record["unresolved"])),
             "; ".join("%s: %s" % item for item in sorted(record["unresolved"].items())))
-    if not any(record.get(key) for key, _ in VARIABLES):
+    if not any(record.get(key) for key in KEYS):
         return False, "the record holds no image, model or revision"
     return True, None
 

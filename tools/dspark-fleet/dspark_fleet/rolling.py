@@ -143,7 +143,7 @@ class RollingRunner:
     `untouched` holds the groups left in rotation because they were not qualified."""
 
     def __init__(self, base_runner, project_dir, extra_vars=(), drain_timeout=None, on_drain_timeout="fail",
-                 qualify=False, members=None, store=None, configs=None, rollback=True):
+                 qualify=False, members=None, store=None, configs=None, rollback=True, tags=None):
         if on_drain_timeout not in ON_DRAIN_TIMEOUT:
             raise ValueError("on_drain_timeout must be one of %s" % ", ".join(ON_DRAIN_TIMEOUT))
         self.base = base_runner
@@ -156,6 +156,7 @@ class RollingRunner:
         self.store = store              # proven.Store: the last proven image and revision per group; None: none
         self.configs = configs or {}    # group -> proven.config_of(): the image and revision this run uses
         self.rollback_enabled = rollback
+        self.tags = tags                # --tags of site.yml: a rollback needs the serve phase's proof
         self.rotation = {}
         self.qualified = {}
         self.rollbacks = {}
@@ -344,7 +345,7 @@ class RollingRunner:
         config = self.configs.get(group)
         record = self.store.load(group)
         view = proven.new_rollback(config, record, self.store.path(group))
-        go, why = proven.decide(config, record, self.rollback_enabled)
+        go, why = proven.decide(config, record, self.rollback_enabled, self.tags)
         with self._lock:
             self.rollbacks[group] = view
         if not go:
@@ -352,7 +353,7 @@ class RollingRunner:
             return site
         view["attempted"] = True
         view["reason"] = "the failed run's %s differ(s) from the last proven" % (
-            ", ".join(key for key, _ in proven.VARIABLES if (config or {}).get(key) != record.get(key)) or "inputs")
+            ", ".join(key for key in proven.KEYS if (config or {}).get(key) != record.get(key)) or "inputs")
         self._stop_roll(group, "rolling back to the last proven one")
         failed_with = "reprovisioning with %s failed%s" % (proven.short(config),
                                                            (": " + site.error) if site.error else "")
