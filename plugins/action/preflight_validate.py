@@ -42,7 +42,7 @@ def read_host(hostvars, host):
     hv = hostvars.get(host) or {}
     values = {}
     for name in list(hv):
-        if not (_plan_vars.watched(name) or name in NODE_VARS):
+        if not (_plan_vars.watched(name) or name in NODE_VARS or name in _role_rules.NODE_FACTS):
             continue
         try:
             values[name] = hv[name]

@@ -24,9 +24,10 @@ description:
   - Runs every role's own input rules (C(plugins/plugin_utils/_role_rules.py), which the roles run at their start
     through P(dspark.cluster.role_inputs#module)) for every member, the checkpoint's revision (a pinned commit),
     mode, source rank, paths, SCP, NFS and download settings and URLs; the export's node, clients, path, options
-    and files; the serve role's ranges, keys and closed-by-default API. Numbers out of range, secrets with control
-    characters and relative paths each have their own message; C(dspark_group) set for the parent group
-    C(dspark) is named as such, once.
+    and files; the serve role's ranges, keys and closed-by-default API; docker_runtime's proxy values, insecure
+    registries and image archive. Numbers out of range, secrets with control characters and relative paths each
+    have their own message; a fact of a group or a member (C(dspark_group), C(dspark_rank),
+    C(dspark_fabric_address)) set for the parent group C(dspark) is named as such, once for each variable.
   - Every problem names the host or group, the variable, the bad value and the fix. All problems are reported
     at once.
   - Runs on the controller and never connects to a node.

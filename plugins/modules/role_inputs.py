@@ -26,7 +26,7 @@ options:
     description: The role whose rules run.
     type: str
     required: true
-    choices: [checkpoint, nfs_export, router, serve]
+    choices: [checkpoint, docker_runtime, fabric, nfs_export, router, serve]
 attributes:
   check_mode:
     description: Checks the same way in check mode; it never changes anything.

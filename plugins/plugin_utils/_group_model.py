@@ -14,6 +14,12 @@ from __future__ import annotations
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs
 
 
+# The group's name and the values that tell its members apart (each member's own): what group_model reads of every
+# member. Written once in the vars of the parent group dspark, every node of the fleet reads the same value.
+GROUP_VAR = "dspark_group"
+MEMBER_VARS = ("dspark_rank", "dspark_fabric_address")
+
+
 def as_int(value):
     """The integer an inventory value stands for (the collection's one reading: plugin_utils._inputs.as_int)."""
     return _inputs.as_int(value)

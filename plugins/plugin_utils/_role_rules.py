@@ -9,21 +9,32 @@ run on its own (``--tags``, or the role alone) runs its own ones through the act
 at its start. A rule reads one member's effective values (what the inventory, group_vars, host_vars or -e set,
 else the role's default) and those of its group, and returns ``(variable, value, problem, fix)`` tuples about
 that member; the callers add the host and word them as one line (``_findings.message``). A secret's value is
-never part of a result. Pure Python, no Ansible imports.
+never part of a result. A rule may read the node's facts (``NODE_FACTS``: the role's play gathers them, preflight
+has them only from a fact cache) and, on the controller, a file an input names (docker_runtime's image archive).
+Pure Python, no Ansible imports.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import json
+import os
 import re
+import tarfile
 from collections import namedtuple
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model, _inputs, _nfs_plan, _router_plan
+import yaml
+
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _group_model, _inputs, _nfs_plan, _router_plan
 
 Rule = namedtuple("Rule", "name role variables check doc covered_by")
 RULES = []
 # Roles whose rules read a host outside the serving groups (the router, group dspark_router): check_router runs them.
 ROUTER_ROLES = ("router",)
+# Variables a rule may read beside the role variables and the inventory contract: Ansible's own, of the node.
+NODE_FACTS = ("ansible_facts", "ansible_host")
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _SECRET_NAME_RE = re.compile(r"api_?keys?|token|passw|secret|proxy", re.IGNORECASE)
 
@@ -793,6 +804,193 @@ def _serve_image(member):
     if isinstance(value, str) and value.strip():
         return []
     return [("serve_image", value or None, "the serving image", "set dspark_image (or serve_image) to the image, pinned by digest")]
+
+
+# -- docker_runtime ------------------------------------------------------------------------------------------------
+
+# The role's own tables (roles/docker_runtime/vars/main.yml: the Debian architecture names, the distributions' engine
+# packages), read from there so that the rule and the role's install steps share one definition.
+DOCKER_RUNTIME_VARS = os.path.join(COLLECTION_ROOT, "roles", "docker_runtime", "vars", "main.yml")
+# A proxy value is written single-quoted into a systemd environment file: a quote or a line break would end the value
+# or start a new variable (`%` and `$` are literal there).
+_PROXY_RE = re.compile(r"^[^'\x00-\x1f\x7f]*\Z")
+# An entry of dockerd's insecure-registries: HOST[:PORT] (a name, or an [IPv6] address) or an IPv4 CIDR, nothing else.
+_REGISTRY_HOST = r"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])"
+_REGISTRY_PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+_REGISTRY_CIDR = r"([0-9]{1,3}\.){3}[0-9]{1,3}/([0-9]|[12][0-9]|3[0-2])"
+REGISTRY_RE = re.compile(r"^(%s(:%s)?|%s)\Z" % (_REGISTRY_HOST, _REGISTRY_PORT, _REGISTRY_CIDR))
+
+
+@functools.lru_cache(maxsize=1)
+def docker_runtime_tables(path=DOCKER_RUNTIME_VARS):
+    """(architecture -> Debian architecture, distribution -> its engine and compose packages) of the role's vars."""
+    with open(path, encoding="utf-8") as handle:
+        data = yaml.safe_load(handle) or {}
+    return dict(data.get("_docker_runtime_deb_arch") or {}), dict(data.get("_docker_runtime_distribution_packages") or {})
+
+
+def _facts(member):
+    facts = member.raw("ansible_facts")
+    return facts if isinstance(facts, dict) else {}
+
+
+@rule("docker_runtime.platform", ["docker_runtime_package_source", "ansible_facts"])
+def _docker_runtime_platform(member):
+    """The node is Debian or Ubuntu (apt), of an architecture the role knows, and the distribution's own packages are
+    known when docker_runtime_package_source is distribution. Needs the node's facts: the role's play gathers them;
+    preflight gathers none and checks what a fact cache holds."""
+    facts = _facts(member)
+    if not facts:
+        return []
+    arches, packages = docker_runtime_tables()
+    out = []
+    family, arch, distribution = facts.get("os_family"), facts.get("architecture"), facts.get("distribution")
+    if family is not None and family != "Debian":
+        out.append(("ansible_facts.os_family", family, "is not Debian: the role installs Docker with apt (Debian, Ubuntu, "
+                    "DGX OS)", "run docker_runtime on Debian or Ubuntu nodes only, or install the engine another way and "
+                    "skip the role (--skip-tags docker_runtime)"))
+    if arch is not None and arch not in arches:
+        out.append(("ansible_facts.architecture", arch, "has no Debian architecture name known to the role (known: %s)"
+                    % ", ".join(sorted(arches)), "run the role on arm64 (DGX Spark) or amd64 nodes"))
+    source = member["docker_runtime_package_source"]
+    if source == "distribution" and distribution is not None and distribution not in packages:
+        out.append(("docker_runtime_package_source", source, "has no known engine packages on %s (ansible_facts.distribution; "
+                    "known: %s)" % (distribution, ", ".join(sorted(packages))),
+                    "set docker_runtime_package_source: docker (Docker's own apt repository)"))
+    return out
+
+
+@rule("docker_runtime.image", ["dspark_image"], covered_by="inventory: dspark_image")
+def _docker_runtime_image(member):
+    """dspark_image, the image every node pulls or loads, is set (preflight says it through the inventory rules)."""
+    value = member["dspark_image"]
+    if isinstance(value, str) and value.strip():
+        return []
+    return [("dspark_image", value or None, "the serving image every node pulls or loads",
+             "set dspark_image to the image, pinned by digest (group_vars)")]
+
+
+@rule("docker_runtime.proxy", ["docker_runtime_proxy"])
+def _docker_runtime_proxy(member):
+    """docker_runtime_proxy's values hold no single quote, line break or other control character (they are written
+    single-quoted into a systemd environment file); the values are never shown (credentials)."""
+    proxy = member["docker_runtime_proxy"]
+    if not isinstance(proxy, dict):
+        return []  # the type rule says so
+    bad = [str(key) for key, value in proxy.items() if value is not None and not _PROXY_RE.match(str(value))]
+    if not bad:
+        return []
+    return [("docker_runtime_proxy", HIDDEN, "has %s with a single quote, a line break or another control character (the "
+             "value is not shown: it may hold a password)" % ", ".join(bad), "percent-encode those characters in the URL "
+             "(' is %27)")]
+
+
+@rule("docker_runtime.insecure_registries", ["docker_runtime_insecure_registries"])
+def _docker_runtime_insecure_registries(member):
+    """Each entry of docker_runtime_insecure_registries is HOST:PORT, a bare HOST or an IPv4 CIDR, with no scheme, path
+    or space (dockerd refuses to start on an entry it cannot parse, and a scheme or a path never matches a pull)."""
+    value = member["docker_runtime_insecure_registries"]
+    if not isinstance(value, (list, tuple)):
+        return []  # the type rule says so
+    bad = [str(entry) for entry in value if not REGISTRY_RE.match(str(entry))]
+    if not bad:
+        return []
+    return [("docker_runtime_insecure_registries", list(value), "holds %s: each entry must be HOST:PORT (e.g. "
+             "10.231.0.250:5000 or registry.lab:5000, port 1-65535), a bare HOST or an IPv4 CIDR, with no scheme (http://), "
+             "path or spaces" % ", ".join(repr(entry) for entry in bad),
+             "write the registry as it appears in dspark_image before the first '/'")]
+
+
+@functools.lru_cache(maxsize=16)
+def _archive_images(path, size, mtime):  # pylint: disable=unused-argument  # size and mtime key the cache
+    """The number of images a `docker save` archive holds (its manifest.json), else the reason it cannot be read."""
+    try:
+        with tarfile.open(path, "r:*") as archive:
+            handle = archive.extractfile("manifest.json")
+            manifest = json.load(handle) if handle is not None else None
+    except (OSError, tarfile.TarError, KeyError, ValueError) as error:
+        return "%s: %s" % (type(error).__name__, str(error).strip() or "unreadable")
+    return len(manifest) if isinstance(manifest, list) else "its manifest.json is not a list of images"
+
+
+@rule("docker_runtime.image_tarball", ["docker_runtime_image_source", "docker_runtime_image_tarball"])
+def _docker_runtime_image_tarball(member):
+    """With docker_runtime_image_source tarball, docker_runtime_image_tarball is a readable `docker save` archive of one
+    image on the controller (its manifest.json is read here, before any node changes)."""
+    if member["docker_runtime_image_source"] != "tarball":
+        return []
+    path = member["docker_runtime_image_tarball"]
+    fix = "create it with `docker save -o FILE <dspark_image>` and give its controller path"
+    if not isinstance(path, str) or not path.strip():
+        return [("docker_runtime_image_tarball", None, "docker_runtime_image_source is tarball", fix)]
+    try:
+        stat = os.stat(path)
+        found = _archive_images(path, stat.st_size, stat.st_mtime)
+    except OSError as error:
+        found = "%s: %s" % (type(error).__name__, error.strerror or error)
+    if found == 1:
+        return []
+    detail = "holds %d images" % found if isinstance(found, int) else found
+    return [("docker_runtime_image_tarball", path, "is not a readable `docker save` archive of one image on the "
+             "controller (%s)" % detail, fix)]
+
+
+# -- fabric --------------------------------------------------------------------------------------------------------
+
+# Preflight runs these rules through inventory_rules.check_fabric (the group's values once, the members that agree
+# said as the group, its MTU limits): covered_by keeps them out of check_group there.
+FABRIC_COVERED = "inventory: fabric"
+
+
+def fabric_inputs(member):
+    """The fabric plan's inputs (plugin_utils._fabric_plan) of one member, as roles/fabric/tasks/plan_inputs.yml builds
+    them: the inventory's values, the role's defaults, and the group model."""
+    group = member.group
+    views = {host: other.values for host, other in group.members.items()}
+    model = _group_model.group_model(group.name, {group.name: list(group.members)}, views, member.host)
+    inputs = {key: member[var] for key, var in _fabric_plan.INPUT_VARS.items()}
+    for key in ("secondary_interface", "secondary_cidr", "secondary_address"):
+        inputs[key] = inputs[key] if inputs[key] is not None else ""
+    inputs["mtu"] = 9000 if inputs["mtu"] is None else inputs["mtu"]
+    inputs.update(host=member.host, group=group.name, model=model)
+    return inputs
+
+
+@rule("fabric.group", ["dspark_fabric_mtu", "dspark_fabric_cidr", "dspark_fabric_address", "preflight_mtu_min",
+                       "preflight_mtu_max"], covered_by=FABRIC_COVERED)
+def _fabric_group(member):
+    """The group's fabric: dspark_fabric_mtu within preflight_mtu_min..preflight_mtu_max, dspark_fabric_cidr an IPv4
+    network, this member's dspark_fabric_address an address of it, its own in the group (_fabric_plan.group_findings)."""
+    low = _inputs.as_int(member["preflight_mtu_min"])
+    high = _inputs.as_int(member["preflight_mtu_max"])
+    found = _fabric_plan.group_findings(fabric_inputs(member), _fabric_plan.MTU_MIN if low is None else low,
+                                        _fabric_plan.MTU_MAX if high is None else high)
+    return [finding[1:] for finding in found if finding[0] == member.host or str(finding[0]).startswith("group ")]
+
+
+@rule("fabric.node", list(_fabric_plan.INPUT_VARS.values()), covered_by=FABRIC_COVERED)
+def _fabric_node(member):
+    """This node's fabric port: dspark_fabric_interface a Linux interface name, dspark_fabric_hca in NCCL_IB_HCA syntax,
+    the optional second interface in its own subnet (_fabric_plan.node_findings)."""
+    return [finding[1:] for finding in _fabric_plan.node_findings(fabric_inputs(member))]
+
+
+@rule("fabric.management", ["dspark_fabric_address", "dspark_mgmt_address", "ansible_host"], covered_by=FABRIC_COVERED)
+def _fabric_management(member):
+    """dspark_fabric_address is not the management address (dspark_mgmt_address, else ansible_host, else the host's
+    name): the fabric is the ConnectX link's own network."""
+    return [finding[1:] for finding in management_findings(member.host, member.raw("dspark_fabric_address"),
+                                                           member.raw("dspark_mgmt_address"), member.raw("ansible_host"))]
+
+
+def management_findings(host, address, mgmt_address, ansible_host):
+    """[(host, variable, value, problem, fix)] when the fabric address equals the management address."""
+    mgmt = mgmt_address or ansible_host or host
+    if address is None or not str(address).strip() or str(mgmt).strip() != str(address).strip():
+        return []
+    var = "dspark_mgmt_address" if mgmt_address else "ansible_host"
+    return [(host, "dspark_fabric_address", address, "equals the management address (%s=%s)" % (var, mgmt),
+             "the fabric address is the ConnectX link's own address; Ansible and the router use the management network")]
 
 
 # -- router (the hosts of group dspark_router, outside the serving groups) ------------------------------------------

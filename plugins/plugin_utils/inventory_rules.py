@@ -147,7 +147,8 @@ def fabric_inputs(host, node, model):
 
 
 def check_fabric(name, members, groups, settings, findings):
-    """The fabric role's own input rules (plugin_utils._fabric_plan, one definition), plus fabric address != management."""
+    """The fabric role's own input rules (plugin_utils._fabric_plan and _role_rules' fabric.*, one definition), run for
+    preflight: the group's values once, a finding on every member said as the group, preflight's MTU limits."""
     hostvars = {node["host"]: node for node in members}
     found, hosts_of = [], {}
     for index, node in enumerate(members):
@@ -167,13 +168,9 @@ def check_fabric(name, members, groups, settings, findings):
         else:
             findings.errors.extend(message(host, *finding[1:]) for host in hosts)
     for node in members:
-        host = node["host"]
-        raw = node.get("dspark_fabric_address")
-        mgmt = node.get("dspark_mgmt_address") or node.get("ansible_host") or host
-        if raw is not None and str(raw).strip() and str(mgmt).strip() == str(raw).strip():
-            var = "dspark_mgmt_address" if node.get("dspark_mgmt_address") else "ansible_host"
-            findings.error(host, "dspark_fabric_address", raw, "equals the management address (%s=%s)" % (var, mgmt),
-                           "the fabric address is the ConnectX link's own address; Ansible and the router use the management network")
+        for finding in _role_rules.management_findings(node["host"], node.get("dspark_fabric_address"),
+                                                       node.get("dspark_mgmt_address"), node.get("ansible_host")):
+            findings.error(*finding)
 
 
 def check_ranks(name, members, findings):
@@ -225,26 +222,49 @@ def group_values(name, members, findings):
 PARENT = "dspark"
 
 
+# The facts that belong to one serving group or one member, never to the fleet (the group model reads them:
+# plugin_utils._group_model): set in the vars of the parent group dspark, every node reads the same value. The
+# group-wide values (GROUP_WIDE_VARS) are fleet defaults there, legitimately (README "Inventory contract").
+NOT_FLEET_WIDE = (_group_model.GROUP_VAR,) + _group_model.MEMBER_VARS
+_PARENT_FIXES = {
+    "dspark_group": "remove it there and set dspark_group in each serving group's own vars (group_vars/<group>.yml, or "
+                    "vars: of the group in hosts.yml) to that group's name",
+    "dspark_rank": "remove it there and set dspark_rank on each host (0 on the head, 1..N-1 on the workers): host_vars/<host>.yml "
+                   "or the host's line in hosts.yml",
+    "dspark_fabric_address": "remove it there and set each node's own dspark_fabric_address, inside its group's "
+                             "dspark_fabric_cidr: host_vars/<host>.yml or the host's line in hosts.yml",
+}
+
+
 def parent_group_problem(nodes, groups, findings):
-    """dspark_group set in the vars of the parent group dspark: one message naming that mistake (True), instead of
-    one about every rank and address of the group it makes of all the nodes."""
+    """A fact that belongs to a serving group or a member (NOT_FLEET_WIDE) set in the vars of the parent group dspark:
+    one message for each such variable, naming that mistake (True), instead of one about every rank and address of the
+    groups it breaks."""
     parent = [host for host in groups.get(PARENT) or [] if host in nodes]
-    names = {repr(nodes[host].get("dspark_group")) for host in parent}
-    if len(parent) < 2 or len(names) != 1:
+    if len(parent) < 2:
         return False
-    name = nodes[parent[0]].get("dspark_group")
-    if not isinstance(name, str):
-        return False
-    outside = [host for host in parent if host not in (groups.get(name) or [])]
-    if name != PARENT and not outside:
-        return False  # one serving group, named once for all of it: harmless
-    detail = "names the parent group itself" if name == PARENT else \
-        "is the same on every host of %s, also on %s outside group %s" % (PARENT, ", ".join(sorted(outside)), name)
-    findings.error("group %s" % PARENT, "dspark_group", name, "%s: it is set in the vars of the parent group %s "
-                   "(group_vars/%s/), so every node reads it" % (detail, PARENT, PARENT),
-                   "remove it there and set dspark_group in each serving group's own vars (group_vars/<group>.yml, or vars: "
-                   "of the group in hosts.yml) to that group's name")
-    return True
+    found = False
+    for var in NOT_FLEET_WIDE:
+        values = {repr(nodes[host].get(var)) for host in parent}
+        value = nodes[parent[0]].get(var)
+        if len(values) != 1 or value is None:
+            continue
+        if var == _group_model.GROUP_VAR:
+            if not isinstance(value, str):
+                continue
+            outside = [host for host in parent if host not in (groups.get(value) or [])]
+            if value != PARENT and not outside:
+                continue  # one serving group, named once for all of it: harmless
+            detail = "names the parent group itself" if value == PARENT else \
+                "is the same on every host of %s, also on %s outside group %s" % (PARENT, ", ".join(sorted(outside)), value)
+        elif not (found or len({repr(nodes[host].get(_group_model.GROUP_VAR)) for host in parent}) > 1):
+            continue  # the parent holds one serving group: its own rank rules say what is wrong
+        else:
+            detail = "is the same on all %d hosts of %s, but each member of a serving group has its own" % (len(parent), PARENT)
+        findings.error("group %s" % PARENT, var, value, "%s: it is set in the vars of the parent group %s "
+                       "(group_vars/%s/), so every node reads it" % (detail, PARENT, PARENT), _PARENT_FIXES[var])
+        found = True
+    return found
 
 
 def validate(nodes, groups, play_hosts, settings=None):

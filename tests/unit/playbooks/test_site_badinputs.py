@@ -135,6 +135,16 @@ CASES = [
     ("dspark_group set for the parent group", ("parent_group_var.yml",), (), None, [
         ("group dspark", "dspark_group", "'pair_a' is the same on every host of dspark, also on b-head, b-worker outside group pair_a"),
     ]),
+    ("a member's fact set for the parent group", ("parent_member_facts.yml",), (), None, [
+        ("group dspark", "dspark_rank", "0 is the same on all 4 hosts of dspark, but each member of a serving group has its own"),
+    ]),
+    # docker_runtime's own rules (plugin_utils._role_rules docker_runtime.*), which the role runs at its start too.
+    ("docker_runtime inputs", BASE + ("docker_runtime_inputs.yml",), (), None, [
+        ("group pair_a", "docker_runtime_proxy", "<not shown: secret> has http_proxy with a single quote"),
+        ("group pair_a", "docker_runtime_insecure_registries",
+         "['http://registry.lab:5000', 'registry.lab:5000'] holds 'http://registry.lab:5000'"),
+        ("group pair_a", "docker_runtime_image_tarball", "'/nonexistent/dspark-image.tar' is not a readable `docker save` archive"),
+    ]),
     ("unparseable inventory without ansible.cfg's setting", ("unparseable.yml",), (),
      {"ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "false", "ANSIBLE_INVENTORY_UNPARSED_FAILED": "false"},
      [("inventory", "hosts", "[] has no host: it did not parse")]),

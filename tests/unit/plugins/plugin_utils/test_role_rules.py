@@ -6,6 +6,9 @@ The table is checked against the module's registry: a new rule without a failing
 test_every_rule_has_a_breaking_input.
 """
 
+import io
+import json
+import tarfile
 from unittest.mock import MagicMock
 
 import pytest
@@ -135,6 +138,22 @@ BREAKS = {
                             "'/var/lib/hf cache' contains a colon or white space"),
     "serve.jit_cache_outside_model_cache": ({"serve_jit_cache_dir": "/var/lib/dspark/hf/jit"}, "group pair_a",
                                             "serve_jit_cache_dir", "'/var/lib/dspark/hf/jit' is inside dspark_hf_cache"),
+    "docker_runtime.platform": ({"ansible_facts": {"os_family": "RedHat", "distribution": "Fedora", "architecture": "x86_64"}},
+                                "group pair_a", "ansible_facts.os_family", "'RedHat' is not Debian"),
+    "docker_runtime.image": ({"dspark_image": ""}, "group pair_a", "dspark_image", "is empty"),
+    "docker_runtime.proxy": ({"docker_runtime_proxy": {"http_proxy": "http://me:pw'sentinel@proxy.example:3128", "no_proxy": ""}},
+                             "group pair_a", "docker_runtime_proxy", "<not shown: secret> has http_proxy with a single quote"),
+    "docker_runtime.insecure_registries": ({"docker_runtime_insecure_registries": ["http://registry.lab:5000"]}, "group pair_a",
+                                           "docker_runtime_insecure_registries",
+                                           "['http://registry.lab:5000'] holds 'http://registry.lab:5000': each entry must be"),
+    "docker_runtime.image_tarball": ({"docker_runtime_image_source": "tarball", "docker_runtime_image_tarball": "/nonexistent/x.tar"},
+                                     "group pair_a", "docker_runtime_image_tarball",
+                                     "'/nonexistent/x.tar' is not a readable `docker save` archive of one image"),
+    "fabric.group": ({"dspark_fabric_mtu": 65000}, "group pair_a", "dspark_fabric_mtu", "65000 is outside 1500-9216"),
+    "fabric.node": ({"a-worker__dspark_fabric_interface": "eth1:0"}, "a-worker", "dspark_fabric_interface",
+                    "'eth1:0' is not a Linux interface name"),
+    "fabric.management": ({"a-worker__ansible_host": "10.77.77.2"}, "a-worker", "dspark_fabric_address",
+                          "'10.77.77.2' equals the management address (ansible_host=10.77.77.2)"),
     "router.groups": ({"r__router_groups": ["pair_a", "pair_z"]}, "r", "router_groups", "names pair_z, which is not a group"),
     "router.heads": (dict(WITH_ROUTER, **{"a-head__dspark_mgmt_address": "127.0.0.1"}), "r", "dspark_mgmt_address",
                      "'127.0.0.1' of a-head (head of pair_a) is not reachable from a router"),
@@ -163,7 +182,7 @@ def test_every_rule_has_a_breaking_input():
     assert sorted(set(BREAKS) - set(names)) == [], "BREAKS names rules the module does not have"
     for item in _role_rules.RULES:
         assert item.doc, "%s has no docstring saying what it checks" % item.name
-        assert set(item.variables) <= set(SPECS) | set(inventory_rules.CONTRACT_VARS), item
+        assert set(item.variables) <= set(SPECS) | set(inventory_rules.CONTRACT_VARS) | set(_role_rules.NODE_FACTS), item
 
 
 def test_the_valid_pair_passes():
@@ -253,6 +272,80 @@ def test_the_role_alone_runs_the_same_rule(name):
 def test_a_template_failure_skips_the_rules_of_its_variable():
     hostvars = pair({"checkpoint_scp_streams": _role_rules.TemplateFailure("{{ x }}", "x is undefined")})
     assert _role_rules.check_group("pair_a", list(hostvars), hostvars.get, SPECS) == []
+
+
+def docker_runtime_found(overrides):
+    hostvars = pair(overrides)
+    return _role_rules.check_group("pair_a", list(hostvars), hostvars.get, SPECS, roles=["docker_runtime"], only=["a-head"])
+
+
+@pytest.mark.parametrize("facts, source, variables", [
+    ({"os_family": "Debian", "distribution": "Ubuntu", "architecture": "aarch64"}, "distribution", []),
+    ({"os_family": "Debian", "distribution": "Debian", "architecture": "amd64"}, "distribution", []),
+    ({}, "distribution", []),                                   # no facts (preflight without a fact cache): not judged
+    ({"os_family": "Debian", "distribution": "Raspbian", "architecture": "armv7l"}, "distribution",
+     ["ansible_facts.architecture", "docker_runtime_package_source"]),
+    ({"os_family": "Debian", "distribution": "Raspbian", "architecture": "x86_64"}, "docker", []),
+])
+def test_docker_runtime_platform_rule(facts, source, variables):
+    found = docker_runtime_found({"ansible_facts": facts, "docker_runtime_package_source": source})
+    assert [p[1] for p in found] == variables, found
+
+
+@pytest.mark.parametrize("registries, bad", [
+    (["10.231.0.250:5000", "registry.lab", "10.0.0.0/8", "[fd00::1]:5000", "a-b.example.org:443"], []),
+    (["registry.lab:70000", "registry.lab/path", "a b", "registry.lab:0"],
+     ["'registry.lab:70000'", "'registry.lab/path'", "'a b'", "'registry.lab:0'"]),
+])
+def test_insecure_registries_rule(registries, bad):
+    found = docker_runtime_found({"docker_runtime_insecure_registries": registries})
+    assert len(found) == (1 if bad else 0), found
+    for text in bad:
+        assert text in found[0][3], found
+
+
+def test_proxy_rule_names_the_keys_never_the_values():
+    found = docker_runtime_found({"docker_runtime_proxy": {"http_proxy": "http://u:p%27w@proxy:3128", "https_proxy": "x\ny",
+                                                           "no_proxy": "localhost,10.0.0.0/8"}})
+    assert [(p[1], p[2]) for p in found] == [("docker_runtime_proxy", _role_rules.HIDDEN)], found
+    assert "has https_proxy with" in found[0][3] and "x\ny" not in repr(found)
+
+
+def write_archive(path, images):
+    data = json.dumps([{"Config": "%064x.json" % index, "RepoTags": None, "Layers": []} for index in range(images)]).encode()
+    with tarfile.open(path, "w") as archive:
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("images, problem", [(1, None), (2, "holds 2 images"), ("text", "ReadError")])
+def test_image_archive_rule(tmp_path, images, problem):
+    if images == "text":
+        path = tmp_path / "image.tar"
+        path.write_text("not an archive")
+    else:
+        path = write_archive(tmp_path / "image.tar", images)
+    found = docker_runtime_found({"docker_runtime_image_source": "tarball", "docker_runtime_image_tarball": str(path)})
+    assert [p[3] for p in found if problem and problem in p[3]] == [p[3] for p in found] and bool(found) == bool(problem), found
+    assert docker_runtime_found({"docker_runtime_image_source": "registry", "docker_runtime_image_tarball": "/nonexistent"}) == []
+    assert [p[1:3] for p in docker_runtime_found({"docker_runtime_image_source": "tarball"})] == [
+        ("docker_runtime_image_tarball", None)]
+
+
+def test_the_fabric_role_alone_says_every_member_its_own():
+    """The fabric role's own check (role_inputs role fabric) on each member: the group's values and its own address,
+    never a peer's (the peer reports that itself)."""
+    hostvars = pair({"a-worker__dspark_fabric_address": "10.77.78.2", "dspark_fabric_mtu": 1400})
+    found = {}
+    for host in hostvars:
+        problems = _role_rules.check_group("pair_a", list(hostvars), hostvars.get, SPECS, roles=["fabric"], only=[host],
+                                           running="fabric")
+        found[host] = [problem[1] for problem in problems]
+    assert found == {"a-head": ["dspark_fabric_mtu"], "a-worker": ["dspark_fabric_mtu", "dspark_fabric_address"]}, found
+    hostvars = pair({"dspark_fabric_mtu": 1400, "preflight_mtu_min": 1280})   # preflight's limits, also for the role alone
+    assert _role_rules.check_group("pair_a", list(hostvars), hostvars.get, SPECS, roles=["fabric"]) == []
 
 
 @pytest.mark.parametrize("values, refused", [
@@ -352,3 +445,41 @@ def test_dspark_group_on_the_parent_group_is_one_message():
         values["dspark_group"] = "pair_a"
     result = action.run(task_vars={"hostvars": hostvars, "groups": groups, "ansible_play_hosts_all": list(hostvars)})
     assert len(result["errors"]) == 1 and "also on b-head, b-worker outside group pair_a" in result["errors"][0], result
+
+
+def two_pairs(parent):
+    """Two valid pairs under dspark, with ``parent`` (var -> value) the same on all four hosts, as the parent's vars."""
+    hostvars = pair({})
+    hostvars.update({"b-head": dict(BASE, dspark_group="pair_b", dspark_rank=0, dspark_fabric_address="10.77.77.1"),
+                     "b-worker": dict(BASE, dspark_group="pair_b", dspark_rank=1, dspark_fabric_address="10.77.77.2")})
+    for values in hostvars.values():
+        values.update(parent)
+    groups = {"all": list(hostvars), "dspark": list(hostvars), "pair_a": ["a-head", "a-worker"], "pair_b": ["b-head", "b-worker"]}
+    action, dummy = make_action()
+    return action.run(task_vars={"hostvars": hostvars, "groups": groups, "ansible_play_hosts_all": list(hostvars)})
+
+
+@pytest.mark.parametrize("parent, lines", [
+    ({}, []),
+    ({"dspark_rank": 0}, ["group dspark: dspark_rank=0 is the same on all 4 hosts of dspark, but each member of a serving "
+                          "group has its own: it is set in the vars of the parent group dspark"]),
+    ({"dspark_fabric_address": "10.77.77.1"}, ["group dspark: dspark_fabric_address='10.77.77.1' is the same on all 4 hosts"]),
+    ({"dspark_rank": 1, "dspark_fabric_address": "10.77.77.2"},
+     ["group dspark: dspark_rank=1 is the same", "group dspark: dspark_fabric_address='10.77.77.2' is the same"]),
+    ({"dspark_group": "pair_b", "dspark_rank": 0},
+     ["group dspark: dspark_group='pair_b' is the same on every host of dspark, also on a-head, a-worker outside group pair_b",
+      "group dspark: dspark_rank=0 is the same"]),
+])
+def test_member_facts_on_the_parent_group_are_one_message_each(parent, lines):
+    """Every fact that belongs to a group or a member (inventory_rules.NOT_FLEET_WIDE) written once for the parent group
+    dspark: one line each, naming the variable and the fix, and none about the ranks and addresses it breaks."""
+    errors = two_pairs(parent).get("errors", [])
+    assert len(errors) == len(lines), errors
+    for line, start in zip(errors, lines):
+        assert line.startswith(start) and ". Fix: remove it there and set " in line, line
+
+
+def test_the_group_wide_values_are_fleet_defaults():
+    """The group-wide values (the image, the ports, the model, ...) written for the parent group are fleet defaults."""
+    assert "dspark_image" in inventory_rules.GROUP_WIDE_VARS and "dspark_image" not in inventory_rules.NOT_FLEET_WIDE
+    assert two_pairs({"dspark_api_port": 8000, "dspark_fabric_cidr": "10.77.77.0/30"}).get("errors", []) == []
