@@ -107,3 +107,30 @@ def bind_findings(where, address, cidr):
 def problems(where, clients, cidr, bind_address, peer_addresses=()):
     """Every network rule of the export, for the role's validation."""
     return client_findings(where, clients, cidr, peer_addresses) + bind_findings(where, bind_address, cidr)
+
+
+# -- the checkpoint role's NFS client: what a failed test mount or verification means (roles/checkpoint/tasks/nfs.yml) --
+
+def mount_fix(stdout, rc, source, export_dir, group, address, source_address):
+    """The fix for a failed test mount of the export, from the probe's output and exit status (2: mounted, but the model
+    is not visible through it): refused or not exported, the checkpoint missing on the source, else the server or the
+    link is down."""
+    text = "" if stdout is None else str(stdout)
+    if "access denied" in text or "No such file" in text:
+        return ("the server refuses this node or does not export %s: run playbooks/nfs_export.yml for %s and check that %s "
+                "is in nfs_export_clients and that dspark_hf_cache is the same on both nodes (exportfs -v on %s)."
+                % (export_dir, group, address or "this node", source))
+    if str(rc).strip() == "2":
+        return "download the checkpoint into %s on %s, or correct dspark_hf_cache." % (export_dir, source)
+    return ("start the NFS server on %s (systemctl start nfs-server, or run playbooks/nfs_export.yml) and check the fabric "
+            "link (ping %s) and that TCP port 2049 is open there." % (source, source_address))
+
+
+def verify_fix(msg, source, model_dir):
+    """The fix for a checkpoint that the mount shows differently from the manifest: files the squashed clients cannot
+    read, else a snapshot that changed on the source since its manifest was built."""
+    if "ermission" in ("" if msg is None else str(msg)):
+        return ("the squashed clients cannot read some files: on %s run chmod -R o+rX %s, or run playbooks/nfs_export.yml "
+                "with nfs_export_fix_permissions: true." % (source, model_dir))
+    return ("the snapshot on %s changed since its manifest was built (a download in progress?): let it finish and run the "
+            "playbook again." % source)
