@@ -937,8 +937,8 @@ def _docker_runtime_image_tarball(member):
 
 # -- fabric --------------------------------------------------------------------------------------------------------
 
-# Preflight runs these rules through inventory_rules.check_fabric (the group's values once, the members that agree
-# said as the group, its MTU limits): covered_by keeps them out of check_group there.
+# Preflight runs these rules through inventory_rules.check_fabric (with its MTU limits; a finding on every member said
+# once, for the group): covered_by keeps them out of its run of every role's rules.
 FABRIC_COVERED = "inventory: fabric"
 
 

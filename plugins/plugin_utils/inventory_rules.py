@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _findings, _group_model, _inputs, _role_rules
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _findings, _group_model, _inputs, _role_rules
 
 CHECKPOINT_MODES = _role_rules.CHECKPOINT_MODES
 
@@ -137,40 +137,25 @@ def check_tensor_parallel(name, values, size, findings):
                        "set dspark_tensor_parallel_size: %d, or add/remove nodes in the group" % (size * gpus))
 
 
-def fabric_inputs(host, node, model):
-    """The fabric plan's inputs of one node, as the fabric role builds them (its defaults where the inventory is silent)."""
-    inputs = {key: node.get(var) for key, var in _fabric_plan.INPUT_VARS.items()}
-    for key in ("secondary_interface", "secondary_cidr", "secondary_address"):
-        inputs[key] = inputs[key] if inputs[key] is not None else ""
-    inputs.update(host=host, group=model["group"], model=model)
-    return inputs
-
-
-def check_fabric(name, members, groups, settings, findings):
-    """The fabric role's own input rules (plugin_utils._fabric_plan and _role_rules' fabric.*, one definition), run for
-    preflight: the group's values once, a finding on every member said as the group, preflight's MTU limits."""
-    hostvars = {node["host"]: node for node in members}
-    found, hosts_of = [], {}
-    for index, node in enumerate(members):
-        inputs = fabric_inputs(node["host"], node, _group_model.group_model(name, groups, hostvars, node["host"]))
-        if index == 0:  # the group's rules once, with the values the members agree on (group_values says where not)
-            found.extend(_fabric_plan.group_findings(inputs, settings.mtu_min, settings.mtu_max))
-        for finding in _fabric_plan.node_findings(inputs):
-            key = (finding[1], repr(finding[2])) + finding[3:]
-            if key not in hosts_of:
-                hosts_of[key] = []
-                found.append(finding)
-            hosts_of[key].append(finding[0])
-    for finding in found:
-        hosts = hosts_of.get((finding[1], repr(finding[2])) + finding[3:], [finding[0]])
+def check_fabric(name, members, findings, settings):
+    """The fabric role's input rules (plugin_utils._role_rules fabric.*, the ones the role runs at its start through
+    role_inputs) for preflight: with preflight's MTU limits, and a finding on every member said once, for the group."""
+    values = {node["host"]: dict(node, preflight_mtu_min=settings.mtu_min, preflight_mtu_max=settings.mtu_max) for node in members}
+    hosts_of, order = {}, []
+    for host, var, value, problem, fix in _role_rules.check_group(name, list(values), values.get, {}, roles=["fabric"]):
+        key = (var, repr(value), problem, fix)
+        if key not in hosts_of:
+            hosts_of[key] = (value, [])
+            order.append(key)
+        hosts_of[key][1].append(host)
+    for key in order:
+        var, dummy, problem, fix = key
+        value, hosts = hosts_of[key]
         if len(members) > 1 and len(hosts) == len(members):  # the same on every member: a group value, said once
-            findings.errors.append(message("group %s" % name, *finding[1:]))
+            findings.error("group %s" % name, var, value, problem, fix)
         else:
-            findings.errors.extend(message(host, *finding[1:]) for host in hosts)
-    for node in members:
-        for finding in _role_rules.management_findings(node["host"], node.get("dspark_fabric_address"),
-                                                       node.get("dspark_mgmt_address"), node.get("ansible_host")):
-            findings.error(*finding)
+            for host in hosts:
+                findings.error(host, var, value, problem, fix)
 
 
 def check_ranks(name, members, findings):
@@ -306,7 +291,7 @@ def validate(nodes, groups, play_hosts, settings=None):
         values = group_values(name, members, findings)
         check_group_values(name, values, settings, findings)
         check_tensor_parallel(name, values, len(members), findings)
-        check_fabric(name, members, groups, settings, findings)
+        check_fabric(name, members, findings, settings)
         ordered = _group_model.members_by_rank(groups[name], lambda host: nodes.get(host, {}).get("dspark_rank"))
         summary[name] = {
             "head": ordered[0] if ordered else None,
