@@ -206,6 +206,35 @@ def test_fabric_role_alone_validates_itself():
     assert all(stats.get("changed", 0) == 0 for stats in report["stats"].values())
 
 
+def test_docker_runtime_role_alone_validates_itself():
+    """playbooks/docker_runtime.yml (no preflight; --tags docker_runtime_validate) stops on the same rules at its start,
+    one line per problem, the proxy's value never shown. The nodes are this machine (connection local, no become): the
+    play gathers its facts, which the platform rule reads."""
+    command = [ANSIBLE_PLAYBOOK, "-i", os.path.join(BAD, "base.yml"), "-i", os.path.join(BAD, "docker_runtime_inputs.yml"),
+               "-e", "ansible_connection=local", "-e", "ansible_become=false", "-e", "ansible_python_interpreter=%s" % sys.executable,
+               "--tags", "docker_runtime_validate", os.path.join(ROOT, "playbooks", "docker_runtime.yml")]
+    environ = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    run = subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode != 0, run.stdout + run.stderr
+    assert "hf_badinputs_sentinel" not in run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    failed = {}
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            for host, result in task["hosts"].items():
+                if result.get("failed"):
+                    failed[host] = (task["task"]["name"], result["msg"].splitlines())
+    assert sorted(failed) == ["a-head", "a-worker"], failed
+    name, lines = failed["a-worker"]
+    assert name.endswith(": Check the docker_runtime inputs (the rules preflight runs)"), name
+    assert lines[0] == "a-worker: invalid docker_runtime input, nothing was changed:", lines
+    assert [line.split("=")[0] for line in lines[1:]] == ["- a-worker: docker_runtime_proxy", "- a-worker: docker_runtime_insecure_registries",
+                                                          "- a-worker: docker_runtime_image_tarball"], lines
+    assert all(". Fix: " in line for line in lines[1:])
+    assert all(stats.get("changed", 0) == 0 for stats in report["stats"].values())
+
+
 @pytest.mark.parametrize("inventories, args, message", [
     (("unparseable.yml",), (), "unparseable.yml"),
     (BASE, ("--limit", "no-such-host"), "no hosts to target"),
