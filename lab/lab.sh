@@ -14,6 +14,14 @@ REPO=$(dirname "$LAB_DIR")
 STATE="$REPO/.lab"
 KEY="$STATE/id_ed25519"
 IMAGE=dspark-lab/node:trixie
+# The serving nodes' image: the base with Docker and the roles' packages installed (lab/image/serving.sh), as DGX OS
+# ships them. LAB_NODE_IMAGE=bare gives them the base image (Molecule's docker_runtime scenario: Docker from nothing).
+SERVING_IMAGE=dspark-lab/node-serving:trixie
+case ${LAB_NODE_IMAGE:-serving} in
+  serving) NODE_IMAGE=$SERVING_IMAGE ;;
+  bare) NODE_IMAGE=$IMAGE ;;
+  *) printf 'lab: ERROR: LAB_NODE_IMAGE=%s: use serving (the default: Docker installed) or bare\n' "$LAB_NODE_IMAGE" >&2; exit 2 ;;
+esac
 # /dev/shm of every serving node (see create_node).
 NODE_SHM_SIZE=${LAB_NODE_SHM_SIZE:-2g}
 DEFAULT_INVENTORY="$REPO/inventories/lab/hosts.yml"
@@ -203,11 +211,27 @@ ensure_image() {
   local want have old t0=$SECONDS
   want=$(cat "$LAB_DIR/image/build.sh" "$LAB_DIR/image/packages.txt" | sha256sum | cut -c1-12)
   have=$(docker image inspect -f '{{index .Config.Labels "dspark.lab.build"}}' "$IMAGE" 2>/dev/null) || true
+  if [[ $have != "$want" ]]; then
+    old=$(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null) || true
+    log "building image $IMAGE (${have:+outdated, }recipe $want)"
+    bash "$LAB_DIR/image/build.sh" "$IMAGE" "$STATE/cache" "$want"
+    # The previous build is now untagged; drop it unless a container still uses it.
+    if [[ -n $old ]]; then docker rmi "$old" >/dev/null 2>&1 || true; fi
+    log "image built in $((SECONDS - t0))s"
+  fi
+  ensure_serving_image "$want"
+}
+
+# The serving image, rebuilt when absent or made from another base build or other recipe files.
+ensure_serving_image() {
+  local want have old t0=$SECONDS
+  want=$(cat "$LAB_DIR/image/serving.sh" "$LAB_DIR/image/packages-serving.txt" | sha256sum | cut -c1-6)
+  want="$1-$want"
+  have=$(docker image inspect -f '{{index .Config.Labels "dspark.lab.build"}}' "$SERVING_IMAGE" 2>/dev/null) || true
   [[ $have == "$want" ]] && return 0
-  old=$(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null) || true
-  log "building image $IMAGE (${have:+outdated, }recipe $want)"
-  bash "$LAB_DIR/image/build.sh" "$IMAGE" "$STATE/cache" "$want"
-  # The previous build is now untagged; drop it unless a container still uses it.
+  old=$(docker image inspect -f '{{.Id}}' "$SERVING_IMAGE" 2>/dev/null) || true
+  log "building image $SERVING_IMAGE (${have:+outdated, }recipe $want)"
+  bash "$LAB_DIR/image/serving.sh" "$IMAGE" "$SERVING_IMAGE" "$want"
   if [[ -n $old ]]; then docker rmi "$old" >/dev/null 2>&1 || true; fi
   log "image built in $((SECONDS - t0))s"
 }
@@ -278,13 +302,13 @@ node_state() {
 # How a node was created: published SSH, the static address on each network (sorted by network name, as
 # Go templates range over maps), the --add-host entries. node_want is the same line from the inventory.
 node_config() {
-  docker container inspect -f '{{with index .HostConfig.PortBindings "22/tcp"}}{{(index . 0).HostIp}}:{{(index . 0).HostPort}}{{end}}|{{range $k, $v := .NetworkSettings.Networks}}{{$k}}={{with $v.IPAMConfig}}{{.IPv4Address}}{{end}},{{end}}|{{range $i, $h := .HostConfig.ExtraHosts}}{{if $i}},{{end}}{{$h}}{{end}}' \
+  docker container inspect -f '{{.Config.Image}}|{{with index .HostConfig.PortBindings "22/tcp"}}{{(index . 0).HostIp}}:{{(index . 0).HostPort}}{{end}}|{{range $k, $v := .NetworkSettings.Networks}}{{$k}}={{with $v.IPAMConfig}}{{.IPv4Address}}{{end}},{{end}}|{{range $i, $h := .HostConfig.ExtraHosts}}{{if $i}},{{end}}{{$h}}{{end}}' \
     "$1"
 }
 node_want() {
   local n=$1 nets
   nets=$(printf '%s\n' "$MGMT_NET=${MGMT_IP[$n]}," "${FABRIC_NET[$n]}=${FABRIC_IP[$n]}," | LC_ALL=C sort | tr -d '\n')
-  echo "127.0.0.1:${SSH_PORT[$n]}|$nets|${ADD_HOSTS[$n]}"
+  echo "$NODE_IMAGE|127.0.0.1:${SSH_PORT[$n]}|$nets|${ADD_HOSTS[$n]}"
 }
 
 # The same for a router: published SSH, every other published port (sorted), the management address only.
@@ -342,7 +366,7 @@ create_node() {
     --cgroupns=host -v /sys/fs/cgroup:/sys/fs/cgroup:rw \
     --tmpfs /run:rw,exec,mode=755 --tmpfs /run/lock --tmpfs /tmp:rw,exec,mode=1777 \
     -v "$n-docker:/var/lib/docker" "${hosts[@]}" \
-    "$IMAGE" >/dev/null
+    "$NODE_IMAGE" >/dev/null
   docker network connect --ip "${FABRIC_IP[$n]}" "${FABRIC_NET[$n]}" "$n"
 }
 
@@ -519,6 +543,7 @@ remove_orphan_networks() {
 lab_ok() {
   engine_up || return 1
   docker image inspect "$IMAGE" >/dev/null 2>&1 || return 1
+  docker image inspect "$NODE_IMAGE" >/dev/null 2>&1 || return 1
   local x
   for x in "$MGMT_NET" "${FABRIC_NETS[@]}"; do
     [[ $(owner network "$x") == "$LAB_NAME" ]] || return 1
@@ -675,10 +700,12 @@ cmd_down() {
     docker network rm "$x" >/dev/null
   done < <(lab_objects network)
   if [[ $purge == --purge ]]; then
-    if docker image inspect "$IMAGE" >/dev/null 2>&1; then
-      log "removing image $IMAGE"
-      docker rmi "$IMAGE" >/dev/null
-    fi
+    for x in "$SERVING_IMAGE" "$IMAGE"; do
+      if docker image inspect "$x" >/dev/null 2>&1; then
+        log "removing image $x"
+        docker rmi "$x" >/dev/null
+      fi
+    done
     # dockerd keeps logging into .lab/dockerd.log; only the file goes, the engine keeps running.
     log "removing $STATE"
     rm -rf "$STATE"
