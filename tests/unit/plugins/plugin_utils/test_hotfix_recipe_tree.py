@@ -9,6 +9,7 @@ import pathlib
 import shutil
 import socket
 import subprocess
+import tarfile
 
 import pytest
 
@@ -372,3 +373,43 @@ def test_a_sha256_repository_is_checked_the_same_way(tmp_path):
     (repo / "patches" / SPIN).write_text("echo changed\n")
     with pytest.raises(hr.RecipeError, match="patches/%s differs from the commit's content" % SPIN):
         plan(repo, head)
+
+
+# --- the archive: one transfer of exactly the checked bytes ------------------------------------------------
+
+def test_the_archive_holds_exactly_the_checked_files(tmp_path):
+    recipe, dummy = make_repo(tmp_path / "repo")
+    (recipe / "patches" / "sub").mkdir()
+    (recipe / "patches" / "sub" / "nested.py").write_text("print('nested')\n")
+    cache = tmp_path / "cache"
+    result = plan(recipe, cache=cache)
+    path = pathlib.Path(result["archive"])
+    assert path == cache / "archives" / (result["tree_digest"] + ".tar")
+    assert oct((cache / "archives").stat().st_mode & 0o777) == "0o700"
+    with tarfile.open(str(path)) as tar:
+        members = tar.getmembers()
+        files = {m.name: tar.extractfile(m).read() for m in members if m.isfile()}
+    assert {"patches", "patches/sub"} <= {m.name for m in members if m.isdir()}
+    assert {m.name for m in members if m.isdir()} == {"patches"} | {"patches/" + r.rsplit("/", 1)[0] for r in result["files"] if "/" in r}
+    assert all(m.isfile() or m.isdir() for m in members)  # no links, devices or absolute paths
+    assert all(m.uid == 0 and m.mtime == 0 and m.mode == (0o755 if m.isdir() else 0o644) for m in members)
+    for line in result["sums"].splitlines():
+        sha, rel = line.split("  ")
+        assert hashlib.sha256(files.pop(rel)).hexdigest() == sha
+    assert not files
+    # The same tree gives the same bytes (the node's check decides whether to send it, not the file's date).
+    assert hr.archive_bytes(hr.read_tree(str(recipe), "x")) == path.read_bytes()
+
+
+def test_a_changed_archive_is_replaced(tmp_path):
+    recipe, dummy = make_repo(tmp_path / "repo")
+    cache = tmp_path / "cache"
+    path = pathlib.Path(plan(recipe, cache=cache)["archive"])
+    good = path.read_bytes()
+    path.write_bytes(good[:-1024] + b"x" * 1024)
+    assert pathlib.Path(plan(recipe, cache=cache)["archive"]) == path and path.read_bytes() == good
+    path.unlink()
+    os.symlink("/etc/hostname", str(path))
+    plan(recipe, cache=cache)
+    assert not path.is_symlink() and path.read_bytes() == good
+    assert not list((cache / "archives").glob(".*"))
