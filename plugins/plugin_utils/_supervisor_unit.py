@@ -24,6 +24,8 @@ GROUP_RE = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]{1,128}\Z")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # Safe to write unquoted as an ExecStart argument (never the first, which is the binary).
 _BARE_RE = re.compile(r"^[A-Za-z0-9_./+@,:=-]+\Z")
+MARKER_SCHEMA = "dspark-fleet-supervisor/1"
+UNIT_NAME = "dspark-fleet-watch.service"
 # A state directory that would hand a system directory to the service user (the playbook chowns it).
 SYSTEM_DIRS = ("/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/media", "/mnt", "/opt", "/proc",
                "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var", "/var/lib",
@@ -200,5 +202,10 @@ def unit(values):
         "argv": argv,
         "exec_start": " ".join(quote(arg) for arg in argv),
         "environment": " ".join(env_assignment(name, value) for name, value in environment),
+        # /etc/dspark-fleet/supervisor.json: what `dspark-fleet reprovision` needs to share the service's locks and
+        # proven records (its state dir, user and environment), read by dspark_fleet/supervisor.py.
+        "marker": {"schema": MARKER_SCHEMA, "unit": UNIT_NAME, "user": user, "state_dir": state,
+                   "inventory": inventory, "project_dir": project, "command": argv[0],
+                   "environment": dict((name, value) for name, value in environment if name != "PYTHONUNBUFFERED")},
     })
     return out

@@ -36,6 +36,8 @@ def own_state_dir(tmp_path_factory, monkeypatch):
     these tests on two ansible-cores at once (unit and unit-newest in different lanes), and a group name such as g1
     would otherwise share one lock file between them."""
     monkeypatch.setenv("DSPARK_FLEET_STATE_DIR", str(tmp_path_factory.mktemp("fleet-state")))
+    # A supervisor installed on this machine (/etc/dspark-fleet/supervisor.json) must not refuse the tests' runs.
+    monkeypatch.setenv("DSPARK_FLEET_SUPERVISOR_MARKER", str(tmp_path_factory.mktemp("no-supervisor") / "none.json"))
 
 
 @pytest.fixture

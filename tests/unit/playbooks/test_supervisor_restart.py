@@ -3,7 +3,8 @@
 `daemon` as the service user and the user/group creation skipped (--skip-tags supervisor_user), so nothing on this
 machine changes. Proves: a first run installs and starts; a second run and a check-mode run change nothing; a run
 that aborts after writing a changed unit (the restart fails) still gets the service restarted on the new unit by
-the next run; service_enabled false stops and disables it."""
+the next run; the marker for dspark-fleet reprovision (/etc/dspark-fleet/supervisor.json) is written root-owned 0644
+and removed once service_enabled false stops and disables the service."""
 
 import hashlib
 import json
@@ -78,7 +79,8 @@ def play(root, check=False, fail=None, **extra):
                  "supervisor_user": "daemon", "supervisor_state_dir": str(root / "state"),
                  "supervisor_ssh_private_key": str(root / "key"),
                  "_supervisor_unit_path": str(root / "systemd" / "dspark-fleet-watch.service"),
-                 "_supervisor_stamp_path": str(root / "started")}
+                 "_supervisor_stamp_path": str(root / "started"),
+                 "_supervisor_marker_path": str(root / "etc" / "dspark-fleet" / "supervisor.json")}
     variables.update(extra)
     environ = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                    ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
@@ -121,6 +123,18 @@ def test_install_rerun_check_abort_and_disable(fake_root):
     assert stat.S_IMODE(os.stat(root / "state" / ".ssh" / "id_nodes").st_mode) == 0o600
     assert "ExecStart=%s/venv/bin/dspark-fleet watch --plain" % root in (
         root / "systemd" / "dspark-fleet-watch.service").read_text()
+    # The marker dspark-fleet reprovision reads (its state dir and user), root-owned 0644.
+    marker = root / "etc" / "dspark-fleet" / "supervisor.json"
+    info = os.stat(marker)
+    assert stat.S_IMODE(info.st_mode) == 0o644 and info.st_uid == 0 and info.st_gid == 0
+    state = str(root / "state")
+    assert json.loads(marker.read_text()) == {
+        "schema": "dspark-fleet-supervisor/1", "unit": "dspark-fleet-watch.service", "user": "daemon",
+        "state_dir": state, "inventory": "/srv/inv/prod/hosts.yml", "project_dir": ROOT,
+        "command": "%s/venv/bin/dspark-fleet" % root,
+        "environment": {"DSPARK_FLEET_STATE_DIR": state, "HOME": state, "ANSIBLE_HOME": state + "/ansible",
+                        "ANSIBLE_LOCAL_TEMP": state + "/ansible/tmp",
+                        "ANSIBLE_PRIVATE_KEY_FILE": state + "/.ssh/id_nodes"}}
 
     # A second run and a check-mode run change nothing.
     before = len(calls(root))
@@ -147,9 +161,10 @@ def test_install_rerun_check_abort_and_disable(fake_root):
     rc, stats, results = play(root, supervisor_interval=30)
     assert rc == 0 and stats["changed"] == 0
 
-    # Disabled: stopped and disabled, the unit left in place.
+    # Disabled: stopped and disabled, the unit left in place, the marker removed (reprovision no longer refers to it).
     before = len(calls(root))
     rc, stats, results = play(root, supervisor_interval=30, supervisor_service_enabled=False)
     assert rc == 0
     assert actions(root, before) == ["disable", "stop"]
     assert fake_state(root)["running"] is None and fake_state(root)["enabled"] is False
+    assert not marker.exists() and (root / "systemd" / "dspark-fleet-watch.service").exists()

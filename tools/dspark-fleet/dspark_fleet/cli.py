@@ -22,7 +22,7 @@ import time
 from datetime import datetime, timezone
 
 from . import __version__, fingerprint, inventory, locks, progress, qualify, report, resume, rolling, router_step, runner_exec
-from . import metrics, proven, trust
+from . import metrics, proven, supervisor, trust
 from . import watch
 from .orchestrator import Fleet, GroupRun, default_judge
 from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED, OK, RUNNING, SKIPPED, SUCCESS, Scheduler
@@ -123,6 +123,12 @@ def build_parser():
                           "its last proven ones (recorded in <state dir>/%s/) stays out of rotation; by default it is "
                           "reprovisioned again with the recorded ones, proven, put back, and the roll stops"
                           % proven.FOLDER)
+
+    rep.add_argument("--ignore-supervisor", action="store_true",
+                     help="run although a supervisor is installed (%s) with another state dir or user: stop "
+                          "dspark-fleet-watch.service first (by default such a run is refused, exit 2, as its "
+                          "locks and proven records would not be the supervisor's); recorded in the report"
+                          % supervisor.DEFAULT_MARKER)
 
     stat = sub.add_parser("status", parents=[common], allow_abbrev=False,
                           help="playbooks/status.yml per group: every rank's container, image and the API, as one "
@@ -297,6 +303,7 @@ class Context:
                 "max_unavailable": self.max_unavailable,
                 "qualify_before_drain": (self.rolling.qualify_first if self.rolling is not None else None),
                 "rollback": (self.rolling.rollback_enabled if self.rolling is not None else None),
+                "ignore_supervisor": bool(getattr(args, "ignore_supervisor", False)),
             },
             "extra_vars": {"count": len(args.extra_vars), "sha256": self.extra_digest},
         }
@@ -752,6 +759,15 @@ def main(argv=None):
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # usage errors (2), --help and --version (0)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    # A supervisor installed with another state dir (or user): its locks and proven records would not be shared.
+    refusal = supervisor.check(args.subcommand, locks.state_dir(args.state_dir),
+                               ignore=getattr(args, "ignore_supervisor", False))
+    if refusal is not None:
+        print("dspark-fleet: error: %s" % refusal, file=sys.stderr)
+        return EXIT_USAGE
+    if getattr(args, "ignore_supervisor", False):
+        print("dspark-fleet: --ignore-supervisor: any supervisor (%s) is not consulted; stop it first" % (
+            supervisor.marker_path()), file=sys.stderr)
     try:
         if args.subcommand == "watch":     # before anything runs, ansible-inventory included
             refused = watch.trust_gate(args, os.path.abspath(args.project_dir) if args.project_dir
