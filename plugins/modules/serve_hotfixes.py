@@ -44,7 +44,7 @@ options:
     type: str
     default: ""
   cache_dir:
-    description: Controller directory for clones of git URLs and the staged copies of checked trees (C(trees/)).
+    description: Controller directory for clones of git URLs, the staged copies of checked trees (C(trees/)) and their archives (C(archives/)).
     type: str
     default: ~/.cache/dspark/recipes
   switches:
@@ -98,6 +98,13 @@ RETURN = r"""
 patches_dir:
   description:
     - Controller path of the staged copy of the checked C(patches/) files (in O(cache_dir)), which the role copies to the nodes.
+  returned: success
+  type: str
+archive:
+  description:
+    - Controller path of a tar of the same checked files (O(cache_dir)C(/archives/<tree digest>.tar), entries
+      C(patches/...), files 0644, directories 0755, owner root), which the role unpacks on the nodes in one transfer.
+    - null without O(cache_dir).
   returned: success
   type: str
 tree_digest:
