@@ -207,33 +207,27 @@ set_labels() { LABELS=(--label dspark.lab=1 --label "dspark.lab.name=$LAB_NAME")
 
 # The image is rebuilt when absent or built from other recipe files (label dspark.lab.build); running nodes
 # keep their old image until `down` + `up`.
-ensure_image() {
-  local want have old t0=$SECONDS
-  want=$(cat "$LAB_DIR/image/build.sh" "$LAB_DIR/image/packages.txt" | sha256sum | cut -c1-12)
-  have=$(docker image inspect -f '{{index .Config.Labels "dspark.lab.build"}}' "$IMAGE" 2>/dev/null) || true
-  if [[ $have != "$want" ]]; then
-    old=$(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null) || true
-    log "building image $IMAGE (${have:+outdated, }recipe $want)"
-    bash "$LAB_DIR/image/build.sh" "$IMAGE" "$STATE/cache" "$want"
-    # The previous build is now untagged; drop it unless a container still uses it.
-    if [[ -n $old ]]; then docker rmi "$old" >/dev/null 2>&1 || true; fi
-    log "image built in $((SECONDS - t0))s"
-  fi
-  ensure_serving_image "$want"
-}
-
-# The serving image, rebuilt when absent or made from another base build or other recipe files.
-ensure_serving_image() {
-  local want have old t0=$SECONDS
-  want=$(cat "$LAB_DIR/image/serving.sh" "$LAB_DIR/image/packages-serving.txt" | sha256sum | cut -c1-6)
-  want="$1-$want"
-  have=$(docker image inspect -f '{{index .Config.Labels "dspark.lab.build"}}' "$SERVING_IMAGE" 2>/dev/null) || true
+# build_image IMAGE WANT BUILDER ARGS...: (re)build IMAGE with BUILDER unless its label dspark.lab.build is WANT; the
+# previous build, now untagged, is dropped unless a container still uses it.
+build_image() {
+  local image=$1 want=$2 have old t0=$SECONDS
+  shift 2
+  have=$(docker image inspect -f '{{index .Config.Labels "dspark.lab.build"}}' "$image" 2>/dev/null) || true
   [[ $have == "$want" ]] && return 0
-  old=$(docker image inspect -f '{{.Id}}' "$SERVING_IMAGE" 2>/dev/null) || true
-  log "building image $SERVING_IMAGE (${have:+outdated, }recipe $want)"
-  bash "$LAB_DIR/image/serving.sh" "$IMAGE" "$SERVING_IMAGE" "$want"
+  old=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null) || true
+  log "building image $image (${have:+outdated, }recipe $want)"
+  bash "$@" "$want"
   if [[ -n $old ]]; then docker rmi "$old" >/dev/null 2>&1 || true; fi
   log "image built in $((SECONDS - t0))s"
+}
+
+# The base image, then the serving image made from that very base build (its recipe names the base's).
+ensure_image() {
+  local base serving
+  base=$(cat "$LAB_DIR/image/build.sh" "$LAB_DIR/image/packages.txt" | sha256sum | cut -c1-12)
+  build_image "$IMAGE" "$base" "$LAB_DIR/image/build.sh" "$IMAGE" "$STATE/cache"
+  serving=$(cat "$LAB_DIR/image/serving.sh" "$LAB_DIR/image/packages-serving.txt" | sha256sum | cut -c1-6)
+  build_image "$SERVING_IMAGE" "$base-$serving" "$LAB_DIR/image/serving.sh" "$IMAGE" "$SERVING_IMAGE"
 }
 
 ensure_key() {
