@@ -31,8 +31,8 @@ from benchlib import stamp, write_result  # noqa: E402  pylint: disable=wrong-im
 LABS = {
     "fleet": {"result": "router_roll.json", "inventory": lab.INVENTORY, "url": lab.ROUTER_URL, "rate": "4",
               "load": {}, "groups": None,
-              "lab": "SIMULATED fleet (inventories/lab-fleet): 3 groups (2+2+3 nodes), simulator at 0.05 s per token "
-                     "(about 1 s per answer), router spark-router",
+              "lab": "SIMULATED fleet (inventories/lab-fleet): 2 groups (2+3 nodes; trio_c two simulated GPUs per "
+                     "node), simulator at 0.05 s per token (about 1 s per answer), router spark-router",
               "roll": "dspark-fleet reprovision --rolling (--max-unavailable 1), site.yml per group, restart forced"},
     "real": {"result": "real_engine_roll.json", "inventory": str(ROOT / "inventories" / "lab-real" / "hosts.yml"),
              "url": "http://127.0.0.1:18081", "rate": "1", "groups": "real_pair",
