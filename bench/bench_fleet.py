@@ -1,8 +1,9 @@
-"""Fleet scale on the SIMULATED fleet lab (inventories/lab-fleet: two pairs and a trio), same run, same machine:
+"""Fleet scale on the SIMULATED fleet lab (inventories/lab-fleet: the pair pair_b and the trio trio_c, five
+nodes), same run, same machine:
 
 1. dspark-fleet reprovision with a forced restart of every group (serve_force_restart) and --parallel = number
-   of groups, against the same for one group alone. Goal: at most 1.5x.
-2. a no-op site.yml over the whole fleet against the same playbook limited to one pair. Goal: at most 1.5x.
+   of groups (both groups), against the same for one group alone (the pair pair_b). Goal: at most 1.5x.
+2. a no-op site.yml over the whole fleet against the same playbook limited to the pair pair_b. Goal: at most 1.5x.
 
 Also records the controller memory (peak RSS of each group's ansible-playbook) from the dspark-fleet report.
 Needs `make lab-fleet` and a converged fleet (it converges once first, untimed).
@@ -23,8 +24,10 @@ BIN = pathlib.Path(sys.executable).parent
 # BENCH_FLEET_INVENTORY: a renamed copy of the fleet lab (other host names, ports, subnets) beside the real one.
 INVENTORY = pathlib.Path(os.environ.get("BENCH_FLEET_INVENTORY", ROOT / "inventories" / "lab-fleet" / "hosts.yml"))
 RESULT = ROOT / "bench" / "results" / "fleet_scale.json"
-GROUPS = ["pair_a", "pair_b", "trio_c"]
-ALONE = "pair_a"
+# The lab's serving groups and their nodes (inventories/lab-fleet/hosts.yml; a BENCH_FLEET_INVENTORY copy keeps
+# the group names). ALONE: the baseline group, the fleet's one pair.
+GROUPS = {"pair_b": 2, "trio_c": 3}
+ALONE = "pair_b"
 GOAL_RATIO = 1.5
 FORCE = '{"serve_force_restart": true}'
 
@@ -59,7 +62,7 @@ def noop(limit=None):
 
 def main():
     timed([str(BIN / "ansible-playbook"), "-i", str(INVENTORY), str(ROOT / "site.yml")])   # converge, untimed
-    fleet_s, fleet_groups = reprovision(GROUPS)
+    fleet_s, fleet_groups = reprovision(list(GROUPS))
     alone_s, alone_groups = reprovision([ALONE])
     noop_fleet_s, changed_fleet = noop()
     noop_pair_s, changed_pair = noop(ALONE)
@@ -67,9 +70,9 @@ def main():
     noop_ratio = round(noop_fleet_s / noop_pair_s, 2)
     result = {
         "benchmark": "fleet scale on the simulated fleet lab: forced reprovision of every group in parallel "
-                     "vs one group alone; no-op site.yml over the fleet vs one pair",
+                     "vs one group alone (the pair); no-op site.yml over the fleet vs the pair",
         **stamp(),
-        "fleet": {"groups": len(GROUPS), "nodes": 7, "inventory": INVENTORY.parent.name,
+        "fleet": {"groups": len(GROUPS), "nodes": sum(GROUPS.values()), "inventory": INVENTORY.parent.name,
                   "note": "SIMULATED fleet lab (containers, the vLLM simulator)"},
         "reprovision": {"fleet_seconds": fleet_s, "one_group_seconds": alone_s, "ratio": reprovision_ratio,
                         "groups": fleet_groups, "alone": alone_groups},
