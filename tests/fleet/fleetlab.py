@@ -20,10 +20,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 FLEET = ROOT / "inventories" / "lab-fleet"
 INVENTORY = FLEET / "hosts.yml"
 BIN = pathlib.Path(sys.executable).parent
-GROUPS = {"pair_a": ["spark-a0", "spark-a1"], "pair_b": ["spark-b0", "spark-b1"],
-          "trio_c": ["spark-c0", "spark-c1", "spark-c2"]}
-# GPUs per node (SIMULATED): pair_a runs TP=4 as two ranks per node (inventories/lab-fleet/group_vars/pair_a.yml).
-GPUS = {"pair_a": 2, "pair_b": 1, "trio_c": 1}
+GROUPS = {"pair_b": ["spark-b0", "spark-b1"], "trio_c": ["spark-c0", "spark-c1", "spark-c2"]}
+# GPUs per node (SIMULATED): trio_c runs TP=6 as two ranks per node (inventories/lab-fleet/group_vars/trio_c.yml).
+GPUS = {"pair_b": 1, "trio_c": 2}
 HEADS = {group: members[0] for group, members in GROUPS.items()}
 CONTAINER = "dspark-vllm"
 MODEL = "deepseek-v4-flash"

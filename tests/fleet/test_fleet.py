@@ -1,4 +1,4 @@
-"""dspark-fleet and plain ansible-playbook on the SIMULATED fleet lab (two pairs and a trio): a failure stays
+"""dspark-fleet and plain ansible-playbook on the SIMULATED fleet lab (a pair and a trio): a failure stays
 inside its group, --resume redoes only that group, status shows every group serving, plan changes nothing.
 
 Runs first of the fleet-lab suites (file order) and converges the fleet for the others. The serving image is
@@ -28,7 +28,7 @@ def test_reprovision_keeps_a_faulty_group_inside_itself(tmp_path_factory):
     result = report(tmp / "run1" / "report.json")
     STATE["report"] = tmp / "run1" / "report.json"
     groups = result["groups"]
-    assert result["exit_code"] == 1 and result["totals"]["failed"] == 1 and result["totals"]["converged"] == 2
+    assert result["exit_code"] == 1 and result["totals"]["failed"] == 1 and result["totals"]["converged"] == 1
 
     failed = groups["pair_b"]
     assert failed["result"] == "failed", failed
@@ -39,11 +39,11 @@ def test_reprovision_keeps_a_faulty_group_inside_itself(tmp_path_factory):
     # The failed group was stopped as one unit: no rank of it is left running alone.
     assert all(container_id(host) is None for host in GROUPS["pair_b"])
 
-    for name in ("pair_a", "trio_c"):
+    for name in ("trio_c",):
         group = groups[name]
         assert group["result"] == "converged", group
         proof = group["tp_ranks"]
-        # Every rank, also those that do not print "assigned as" (pair_a: 2 per node, vLLM 0.33 format).
+        # Every rank, also those that do not print "assigned as" (trio_c: 2 per node, vLLM 0.33 format).
         nodes = [host for host in GROUPS[name] for _gpu in range(GPUS[name])]
         assert proof["ok"] and proof["world_size"] == len(nodes)
         assert [(r["rank"], r["node"]) for r in proof["registered_ranks"]] == list(enumerate(nodes))
@@ -51,7 +51,7 @@ def test_reprovision_keeps_a_faulty_group_inside_itself(tmp_path_factory):
         assert set(group["phases"]) >= {"preflight", "docker_runtime", "fabric", "checkpoint", "serve"}
         ok, text = chat(name)
         assert ok, "%s does not generate: %s" % (name, text)
-    STATE["ids"] = ids(("pair_a", "trio_c"))
+    STATE["ids"] = ids(("trio_c",))
     # One command, one endpoint: the router was converged after the groups, the failed group included (its
     # server is marked down by the health check, not left out of the configuration).
     router = result["router"]
@@ -68,9 +68,9 @@ def test_resume_redoes_only_the_failed_group(tmp_path_factory):
     assert rc == 0, out[-4000:]
     groups = report(tmp / "report.json")["groups"]
     assert groups["pair_b"]["result"] == "converged", groups["pair_b"]
-    assert groups["pair_a"]["result"] == "skipped" and groups["trio_c"]["result"] == "skipped"
+    assert groups["trio_c"]["result"] == "skipped"
     # The skipped groups were not touched: the same containers still run.
-    assert ids(("pair_a", "trio_c")) == STATE["ids"]
+    assert ids(("trio_c",)) == STATE["ids"]
     ok, text = chat("pair_b")
     assert ok, text
 
@@ -83,30 +83,30 @@ def test_status_shows_every_group_serving():
 
 
 def test_plain_playbook_failure_stays_in_its_group(tmp_path):
-    """Plain ansible-playbook over the whole fleet: pair_a fails to start, the other groups are not touched."""
-    before = ids(("pair_b", "trio_c"))
-    inventory = faulty_inventory(tmp_path, "spark-a1", NCCL_ERROR)
+    """Plain ansible-playbook over the whole fleet: trio_c fails to start, the other group is not touched."""
+    before = ids(("pair_b",))
+    inventory = faulty_inventory(tmp_path, "spark-c1", NCCL_ERROR)
     rc, out = playbook("playbooks/serve.yml", "-e", "serve_failure_logs_dir=%s" % (tmp_path / "logs"),
                        inventory=inventory)
     assert rc != 0, out[-4000:]
-    assert "group pair_a did not start" in out and "spark-a1" in out[out.find("group pair_a did not start"):]
-    assert "pair_b did not start" not in out and "trio_c did not start" not in out
-    assert ids(("pair_b", "trio_c")) == before
-    assert all(container_id(host) is None for host in GROUPS["pair_a"])
-    for name in ("pair_b", "trio_c"):
+    assert "group trio_c did not start" in out and "spark-c1" in out[out.find("group trio_c did not start"):]
+    assert "pair_b did not start" not in out
+    assert ids(("pair_b",)) == before
+    assert all(container_id(host) is None for host in GROUPS["trio_c"])
+    for name in ("pair_b",):
         ok, text = chat(name)
         assert ok, text
     # Back to serving for the next suites.
-    rc, out = playbook("playbooks/serve.yml", "--limit", "pair_a")
+    rc, out = playbook("playbooks/serve.yml", "--limit", "trio_c")
     assert rc == 0, out[-4000:]
 
 
 def test_plan_changes_nothing(tmp_path):
-    before = ids(("pair_a",))
-    rc, out = fleet("plan", "-i", INVENTORY, "--groups", "pair_a", "--plain", "--artifacts", tmp_path)
+    before = ids(("pair_b",))
+    rc, out = fleet("plan", "-i", INVENTORY, "--groups", "pair_b", "--plain", "--artifacts", tmp_path)
     assert rc == 0, out[-4000:]
-    group = report(tmp_path / "report.json")["groups"]["pair_a"]
+    group = report(tmp_path / "report.json")["groups"]["pair_b"]
     assert group["result"] == "ok"
     changed = [task for phase in group["phases"].values() for task in phase["changed_tasks"]]
     assert changed == [], changed
-    assert ids(("pair_a",)) == before
+    assert ids(("pair_b",)) == before

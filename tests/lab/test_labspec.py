@@ -50,18 +50,15 @@ def test_fleet_lab(fleet):
     assert fleet["lab"] == "lab-fleet"
     assert fleet["mgmt"] == {"network": "dspark-lab-fleet-mgmt", "subnet": "10.232.0.0/24"}
     assert [(f["network"], f["cidr"], f["gateway"], f["mtu"]) for f in fleet["fabrics"]] == [
-        ("dspark-lab-fleet-pair_a", "192.168.101.0/24", "192.168.101.254", 9000),
         ("dspark-lab-fleet-pair_b", "192.168.102.0/24", "192.168.102.254", 9000),
         ("dspark-lab-fleet-trio_c", "192.168.103.0/24", "192.168.103.254", 9000),
     ]
     assert [(n["name"], n["group"], n["rank"], n["ssh_port"], n["mgmt_ip"], n["fabric_ip"]) for n in fleet["nodes"]] == [
-        ("spark-a0", "pair_a", 0, 2241, "10.232.0.11", "192.168.101.1"),
-        ("spark-a1", "pair_a", 1, 2242, "10.232.0.12", "192.168.101.2"),
-        ("spark-b0", "pair_b", 0, 2243, "10.232.0.13", "192.168.102.1"),
-        ("spark-b1", "pair_b", 1, 2244, "10.232.0.14", "192.168.102.2"),
-        ("spark-c0", "trio_c", 0, 2245, "10.232.0.15", "192.168.103.1"),
-        ("spark-c1", "trio_c", 1, 2246, "10.232.0.16", "192.168.103.2"),
-        ("spark-c2", "trio_c", 2, 2247, "10.232.0.17", "192.168.103.3"),
+        ("spark-b0", "pair_b", 0, 2243, "10.232.0.11", "192.168.102.1"),
+        ("spark-b1", "pair_b", 1, 2244, "10.232.0.12", "192.168.102.2"),
+        ("spark-c0", "trio_c", 0, 2245, "10.232.0.13", "192.168.103.1"),
+        ("spark-c1", "trio_c", 1, 2246, "10.232.0.14", "192.168.103.2"),
+        ("spark-c2", "trio_c", 2, 2247, "10.232.0.15", "192.168.103.3"),
     ]
     trio = [n for n in fleet["nodes"] if n["group"] == "trio_c"]
     assert {n["hosts"] for n in trio} == {
@@ -113,9 +110,9 @@ def test_cli_prints_plain_lines():
     lines = result.stdout.splitlines()
     assert lines[0] == "lab lab-fleet"
     assert lines[1] == "mgmt dspark-lab-fleet-mgmt 10.232.0.0/24"
-    assert sum(line.startswith("fabric ") for line in lines) == 3
+    assert sum(line.startswith("fabric ") for line in lines) == 2
     nodes = [line.split() for line in lines if line.startswith("node ")]
-    assert len(nodes) == 7 and all(len(fields) == 12 for fields in nodes)
+    assert len(nodes) == 5 and all(len(fields) == 12 for fields in nodes)
     assert nodes[-1][:5] == ["node", "spark-c2", "trio_c", "2", "2247"]
     assert lines[-1] == "router spark-router 2248 10.232.0.201 18080:8080"
 

@@ -41,7 +41,10 @@ def run(argv, timeout=1800, env=None):
 
 
 def playbook(name, *args, timeout=1800, env=None):
-    return run([BIN / "ansible-playbook", "-i", INVENTORY, ROOT / name, *args], timeout=timeout, env=env)
+    """A playbook on the real group only: `make realtest` converges real_pair alone (sim_pair and the router, there
+    for `make realtest-roll`, are left bare)."""
+    return run([BIN / "ansible-playbook", "-i", INVENTORY, "--limit", GROUP, ROOT / name, *args], timeout=timeout,
+               env=env)
 
 
 def fleet(*args, timeout=1800):

@@ -3,9 +3,11 @@ lab's tiny random-weight model (lab/model), tensor-parallel across the two nodes
 their fabric network, with two API keys and the firewall on. Not the simulator: the engine's own start-up, logs,
 failures and answers.
 
-`make realtest` brings the pair up, converges it twice with the newest ansible-core (the second run changed=0), runs
-these tests in file order (each leaves the group serving but the last, which stops it) and takes the pair down. By hand: `make lab-real site-real`,
-then `DSPARK_LAB_REQUIRED=1 .venv/bin/pytest -q tests/real`.
+`make realtest` brings the lab up, converges real_pair twice with the newest ansible-core (the second run changed=0),
+runs these tests in file order (each leaves the group serving but the last, which stops it) and
+takes the lab down. By hand: `make lab-real site-real`, then
+`DSPARK_LAB_REQUIRED=1 .venv/bin/pytest -q tests/real/test_real_engine.py`. The roll through the router is
+test_real_roll.py (`make realtest-roll`).
 """
 
 import json
@@ -16,14 +18,9 @@ import urllib.request
 import openai
 import pytest
 
-import loadclient
-import rollcheck
-from reallab import (GROUP, GROUP_VARS, HEAD, HEAD_API, INVENTORY, KEYS, MODEL, MODEL_NAME, ROOT, ROUTER_URL, SIM_GROUP,
-                     TOKEN_FILE, WORKER, fleet, node, playbook, rank_state)
+from reallab import (GROUP, GROUP_VARS, HEAD, HEAD_API, INVENTORY, KEYS, MODEL, MODEL_NAME, ROOT, TOKEN_FILE, WORKER,
+                     fleet, node, playbook, rank_state)
 
-# Through the router during the roll: about one request a second, half streamed, 16 tokens each (the real engine
-# answers in under a second; the simulated group in about one).
-ROLL_RATE = 1.0
 # A recovery on the 2-core machine: a check, the logs, a restart of real vLLM (about 60 s alone, more beside CI's lanes).
 RECOVERY_BOUND_S = 600
 
@@ -130,28 +127,6 @@ def test_no_key_reaches_the_controller_the_saved_logs_or_a_command_line():
             assert secret not in text, "a secret (%s...) found in %s" % (secret[:12], where)
     rc, modes = node(HEAD, "stat -c '%a %U' /etc/dspark/serve/secrets.env /etc/dspark/serve/api-keys.yaml")
     assert rc == 0 and modes.split() == ["600", "root", "600", "root"], modes
-
-
-def test_rolling_reprovision_through_the_router_loses_no_request(tmp_path):
-    """The real group and the simulated one behind the lab's router, under a steady load with the real key:
-    `dspark-fleet reprovision --rolling --groups real_pair` (restart forced) drains the real group, restarts it (a
-    real engine start), proves it and puts it back while the simulated group serves. Zero failed requests, every
-    answer and stream complete, none sent to the real group while it was out, both groups answered; the report has
-    its time out of rotation. (Rolling the simulated group too costs 150 s more and is the fleet suite's test.)"""
-    load = loadclient.Load(ROUTER_URL, count=int(ROLL_RATE * 1800), rate=ROLL_RATE, model=MODEL_NAME, api_key=KEYS[0],
-                           max_tokens=16, expect=None)
-    (rc, out), records = rollcheck.under_load(load, lambda: fleet(
-        "reprovision", "-i", INVENTORY, "--rolling", "--groups", GROUP, "--plain", "--artifacts", tmp_path / "roll",
-        "-e", '{"serve_force_restart": true}'))
-    assert rc == 0, out[-4000:]
-    doc = json.loads((tmp_path / "roll" / "report.json").read_text())
-    # Qualified before it was drained (the fleet suite's roll skips this step: it is proven here).
-    assert doc["groups"][GROUP]["qualify"]["verdict"] == "qualified", doc["groups"][GROUP].get("qualify")
-    summary, out_of_rotation = rollcheck.assert_rolled(doc, records, [GROUP], min_sent=30, serving=[GROUP, SIM_GROUP])
-    print("\nrolling reprovision through the router: %d requests, 0 failed; out of rotation (s): %s"
-          % (summary["sent"], out_of_rotation))
-    for secret in KEYS:
-        assert secret not in out, "a key in dspark-fleet's output"
 
 
 def test_a_killed_worker_is_named_by_status_and_brought_back_by_watch(tmp_path):

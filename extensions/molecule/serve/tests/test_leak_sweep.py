@@ -1,5 +1,5 @@
 """Leak sweep (issue #13 point 6): the lab-only sentinel secrets (vars/sentinels.yml and the lab's serve_api_key) that
-converge and idempotence (site.yml at -vvv --diff) handled appear in their 0600 files and nowhere else: not in
+converge (site.yml at -vvv --diff) handled appear in their 0600 files and nowhere else: not in
 the Ansible log, not in what an unprivileged user saw in `ps` and `systemctl show docker` while the playbooks ran
 (prepare.yml's sampler), not in the nodes' journal, not in saved failure logs.
 
@@ -81,7 +81,7 @@ def test_no_secret_in_the_journal(name):
 
 def test_no_secret_in_the_verbose_log():
     log = pathlib.Path(os.environ["DSPARK_LEAK_SWEEP_LOG"]).read_text(errors="replace")
-    # It is the whole -vvv --diff record of prepare, converge and idempotence (site.yml twice).
+    # It is the whole -vvv --diff record of prepare and converge (site.yml).
     assert "ESTABLISH SSH CONNECTION" in log and log.count("PLAY RECAP") >= 3
     assert "TASK [dspark.cluster.serve :" in log and "TASK [dspark.cluster.docker_runtime :" in log
     assert "--- before" in log, "no diff in the log: --diff did not reach it"
