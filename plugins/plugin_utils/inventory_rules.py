@@ -210,7 +210,8 @@ PARENT = "dspark"
 # The facts that belong to one serving group or one member, never to the fleet (the group model reads them:
 # plugin_utils._group_model): set in the vars of the parent group dspark, every node reads the same value. The
 # group-wide values (GROUP_WIDE_VARS) are fleet defaults there, legitimately (README "Inventory contract").
-NOT_FLEET_WIDE = (_group_model.GROUP_VAR,) + _group_model.MEMBER_VARS
+# dspark_mgmt_address: where the router reaches a head; the same on every node sends each group's traffic to one host.
+NOT_FLEET_WIDE = (_group_model.GROUP_VAR,) + _group_model.MEMBER_VARS + ("dspark_mgmt_address",)
 _PARENT_FIXES = {
     "dspark_group": "remove it there and set dspark_group in each serving group's own vars (group_vars/<group>.yml, or "
                     "vars: of the group in hosts.yml) to that group's name",
@@ -218,6 +219,8 @@ _PARENT_FIXES = {
                    "or the host's line in hosts.yml",
     "dspark_fabric_address": "remove it there and set each node's own dspark_fabric_address, inside its group's "
                              "dspark_fabric_cidr: host_vars/<host>.yml or the host's line in hosts.yml",
+    "dspark_mgmt_address": "remove it there and set each node's own management address (where the router reaches its "
+                           "head): host_vars/<host>.yml or the host's line in hosts.yml",
 }
 
 

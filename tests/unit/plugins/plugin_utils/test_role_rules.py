@@ -464,6 +464,7 @@ def two_pairs(parent):
     ({"dspark_rank": 0}, ["group dspark: dspark_rank=0 is the same on all 4 hosts of dspark, but each member of a serving "
                           "group has its own: it is set in the vars of the parent group dspark"]),
     ({"dspark_fabric_address": "10.77.77.1"}, ["group dspark: dspark_fabric_address='10.77.77.1' is the same on all 4 hosts"]),
+    ({"dspark_mgmt_address": "10.0.0.5"}, ["group dspark: dspark_mgmt_address='10.0.0.5' is the same on all 4 hosts"]),
     ({"dspark_rank": 1, "dspark_fabric_address": "10.77.77.2"},
      ["group dspark: dspark_rank=1 is the same", "group dspark: dspark_fabric_address='10.77.77.2' is the same"]),
     ({"dspark_group": "pair_b", "dspark_rank": 0},
