@@ -201,8 +201,8 @@ def test_drain_says_when_its_bound_is_hit(all_back):
 # --------------------------------------------------------------------------- Test A: rolling reprovision
 
 def test_rolling_reprovision_loses_no_request(all_back, tmp_path):
-    # --no-qualify: the qualification before each drain is proven by tests/real's roll and the unit tests of
-    # rolling_qualify; here it would add three qualify runs to the CI's longest lane.
+    # --no-qualify: the qualification before each drain is proven by the unit tests of rolling_qualify (and by
+    # `make realtest-roll`, outside make test); here it would add a qualify run per group to the CI's longest lane.
     groups = lab.serving_groups()
     # The bound: RATE per second for at most 25 minutes; the load is stopped a few seconds after the roll.
     load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 1500), rate=RATE)

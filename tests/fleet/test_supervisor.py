@@ -1,5 +1,7 @@
 """The supervisor (`dspark-fleet watch`) on the SIMULATED fleet lab: a killed rank, a rank that crashes on every
-start, a rebooted node, and a group held by a reprovision. The serving image is the lab SIMULATOR, not vLLM.
+start, and a group held by a reprovision. The serving image is the lab SIMULATOR, not vLLM. (A rebooted node, whose
+rank must not start alone, ran here until session 15: about 300 s of CI; the compose file's `restart: "no"` is unit-
+tested, and fleetlab.py keeps the reboot helpers.)
 
 Needs the fleet lab up and serving (`make lab-fleet`, then site.yml); the lab is shared: run it alone
 (`make supervisortest`). Every test leaves its group serving again (serve.yml --limit <group>).
@@ -12,13 +14,11 @@ import pytest
 
 import routerlab
 
-from fleetlab import (BOOT_TIMEOUT, INVENTORY, chat, container_stopped, docker, fabric_name_after_reboot,
-                      faulty_inventory, fleet, journal, kill_rank, node_docker_up, playbook, rank_state, start_fleet,
-                      wait_booted, wait_for)
+from fleetlab import (INVENTORY, chat, faulty_inventory, fleet, journal, kill_rank, playbook, rank_state, start_fleet,
+                      wait_for)
 
 GROUP = "pair_b"
 WORKER = "spark-b1"
-WORKER_FABRIC_ADDRESS = "192.168.102.2"
 # What a recovery may take on the 2-core lab machine: a check (~15 s), the logs (~10 s), a restart (~60 s).
 RECOVERY_BOUND_S = 240
 
@@ -81,52 +81,33 @@ def test_a_rank_that_crashes_on_every_start_stops_at_the_cap(state, tmp_path):
     bad = faulty_inventory(tmp_path, WORKER, {"DSPARK_SIM_CRASH_AFTER": "2"})
     try:
         kill_rank(WORKER)
-        rc, out = watch(state, "--rounds", "4", "--interval", "1", "--max-restarts", "2", "--backoff-base", "1",
+        # A cap of one restart (CI time: each failed restart is a serve.yml run; the backoff between restarts and a
+        # cap of several are the unit tests' (test_watch.py, test_watch_e2e.py)).
+        rc, out = watch(state, "--rounds", "3", "--interval", "1", "--max-restarts", "1", "--backoff-base", "1",
                         inventory=bad)
         assert rc == 1, out[-4000:]
         seq = [r["action"] for r in actions(state)]
-        assert seq.count("restart") == 2, seq
+        assert seq.count("restart") == 1, seq
         assert "give_up" in seq and seq.index("give_up") > max(i for i, a in enumerate(seq) if a == "restart"), seq
         assert seq[-1] in ("give_up", "failed"), seq
         give_up = [r for r in actions(state) if r["action"] == "give_up"][0]
-        assert "cap 2" in give_up["reason"], give_up
+        assert "cap 1" in give_up["reason"], give_up
         assert seq.count("drain") == 1 and "enable" not in seq, seq
         assert not in_rotation() and routerlab.router_servers()[GROUP]["admin"] == "drain"   # a failed group stays out
         assert all(not r["ok"] for r in actions(state) if r["action"] == "restart")
         # the status table shows the group failed, with its restarts, from the journal
         rc, out = fleet("status", "-i", INVENTORY, "--groups", GROUP, "--plain", "--state-dir", state,
                         "--artifacts", state / "status")
-        assert "Supervisor journal" in out and "FAILED: 2 restart(s)" in out, out[-3000:]
+        assert "Supervisor journal" in out and "FAILED: 1 restart(s)" in out, out[-3000:]
     finally:
         restore()
 
 
-def test_a_rebooted_node_does_not_start_its_rank_alone(state):
-    rc, out = docker("restart", WORKER, timeout=300)
-    assert rc == 0, out
-    # The whole boot, not only the node's dockerd: sshd may still be starting when dockerd answers, and watch would
-    # find the node unreachable instead of its rank down.
-    wait_booted(WORKER)
-    assert wait_for(lambda: node_docker_up(WORKER), BOOT_TIMEOUT, 2, abort=lambda: container_stopped(WORKER)), \
-        "the node's docker did not come back"
-    time.sleep(5)
-    assert rank_state(WORKER)[0] in ("exited", "absent", "created"), rank_state(WORKER)  # restart: "no"
-    # LAB ONLY: the restarted container's fabric NIC is eth1 again (a real node keeps its udev name).
-    rc, out = fabric_name_after_reboot(WORKER, WORKER_FABRIC_ADDRESS)
-    assert rc == 0, out
-    assert rank_state(WORKER)[0] != "running"
-    rc, out = watch(state, "--once")
-    assert rc == 0, out[-4000:]
-    assert [r["action"] for r in actions(state)] == ["check", "drain", "logs", "restart", "enable"]
-    assert rank_state(WORKER)[0] == "running" and in_rotation()
-    ok, text = chat(GROUP)
-    assert ok, text
-
-
 def test_watch_leaves_a_group_alone_while_a_reprovision_holds_it(state, tmp_path):
     lock_file = state / "locks" / (GROUP + ".lock")
-    # The serve phase alone (a reprovision holds the lock the same way for every phase): CI time.
-    proc = start_fleet("reprovision", "-i", INVENTORY, "--groups", GROUP, "--tags", "serve", "--plain",
+    # The fabric phase alone (a reprovision holds the lock the same way for every phase; in the container lab fabric
+    # only checks the links, and nothing is restarted): CI time.
+    proc = start_fleet("reprovision", "-i", INVENTORY, "--groups", GROUP, "--tags", "fabric", "--plain",
                        "--state-dir", state, "--artifacts", tmp_path / "reprovision", log=tmp_path / "reprovision.log")
     try:
         held = wait_for(lambda: lock_file.exists() and '"reprovision"' in lock_file.read_text(), 600, 0.5)

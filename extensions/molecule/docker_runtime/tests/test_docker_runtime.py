@@ -88,6 +88,15 @@ def test_image_ids_are_equal_on_both_nodes():
     assert len(set(ids.values())) == 1, ids
 
 
+def test_check_mode_on_converged_nodes_passes_and_changes_nothing():
+    # First of the tests that run the role: the nodes are as converge left them (the scenario's idempotence check).
+    # The image modules run in --check too (info/tag/pull support it; load is only needed for an absent image).
+    rc, out = playbook("--check")
+    assert rc == 0, out
+    for node in ("spark-head", "spark-worker"):
+        assert recap(out, node)["changed"] == 0, out
+
+
 @pytest.fixture
 def worker_with_other_image():
     worker = lab_node("spark-worker")
@@ -145,17 +154,6 @@ def test_proxy_drop_in_is_private_and_reaches_dockerd(lab_host):
     assert "/etc/docker/http-proxy.env" in shown and "se%25cret" not in shown and "proxy.lab.invalid" not in shown
     environ = lab_host.check_output("tr '\\0' '\\n' < /proc/$(systemctl show docker --property=MainPID --value)/environ")
     assert "HTTPS_PROXY=http://user:se%25cret@proxy.lab.invalid:3128" in environ.splitlines()
-
-
-def test_check_mode_on_converged_nodes_passes_and_changes_nothing():
-    # The refusal test above changed the worker's daemon.json (only the head had a running container): converge back.
-    rc, out = playbook()
-    assert rc == 0, out
-    # The image modules run in --check too (info/tag/pull support it; load is only needed for an absent image).
-    rc, out = playbook("--check")
-    assert rc == 0, out
-    for node in ("spark-head", "spark-worker"):
-        assert recap(out, node)["changed"] == 0, out
 
 
 def engine_started(node):

@@ -82,7 +82,7 @@ def test_no_secret_in_the_journal(name):
 def test_no_secret_in_the_verbose_log():
     log = pathlib.Path(os.environ["DSPARK_LEAK_SWEEP_LOG"]).read_text(errors="replace")
     # It is the whole -vvv --diff record of prepare and converge (site.yml).
-    assert "ESTABLISH SSH CONNECTION" in log and log.count("PLAY RECAP") >= 3
+    assert "ESTABLISH SSH CONNECTION" in log and log.count("PLAY RECAP") >= 2
     assert "TASK [dspark.cluster.serve :" in log and "TASK [dspark.cluster.docker_runtime :" in log
     assert "--- before" in log, "no diff in the log: --diff did not reach it"
     found = {name: [line[:200] for line in log.splitlines() if value in line][:5] for name, value in SENTINELS.items()}
