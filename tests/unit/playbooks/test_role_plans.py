@@ -25,8 +25,10 @@ import role_render
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "role_plans")
 FIXTURES = os.path.join(HERE, "fixtures")
 ROLES = ("serve", "checkpoint", "nfs_export", "fabric")
+# The fleet lab as the fixtures were recorded (three groups), frozen here: inventories/lab-fleet changes with the lab.
+FLEET_INVENTORY = "tests/unit/playbooks/inventories/lab-fleet-three-groups/hosts.yml"
 CASES = {
-    "fleet": ["-i", "inventories/lab-fleet/hosts.yml", "-i", os.path.join(HERE, "overlay.yml"), "-e",
+    "fleet": ["-i", FLEET_INVENTORY, "-i", os.path.join(HERE, "overlay.yml"), "-e",
               # serve_trust_remote_code: recorded when the recipe always passed --trust-remote-code (#26: on request).
               '{"fabric_bandwidth_test": true, "serve_trust_remote_code": true}'],
 }

@@ -23,9 +23,11 @@ import role_render
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "router_plan")
 FIXTURES = os.path.join(HERE, "fixtures")
+# The fleet lab as the fixtures were recorded (three groups), frozen here: inventories/lab-fleet changes with the lab.
+FLEET_INVENTORY = "tests/unit/playbooks/inventories/lab-fleet-three-groups/hosts.yml"
 CASES = {
-    "fleet": ["-i", "inventories/lab-fleet/hosts.yml"],
-    "fleet_tls": ["-i", "inventories/lab-fleet/hosts.yml", "-e", json.dumps({
+    "fleet": ["-i", FLEET_INVENTORY],
+    "fleet_tls": ["-i", FLEET_INVENTORY, "-e", json.dumps({
         "router_tls_certificate": "CERT", "router_tls_key": "KEY", "router_port": 0, "router_stats_port": 8404,
         "router_served_model_name": "m+1", "router_group_header": "", "router_allowed_paths": ["/v1/chat/completions"],
         "router_health_path": "/ping", "router_key_rate_limit": 0, "router_key_concurrency_limit": 0,

@@ -21,11 +21,13 @@ import role_render
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_command")
 FIXTURES = os.path.join(HERE, "fixtures")
+# The fleet lab as the fixtures were recorded (three groups), frozen here: inventories/lab-fleet changes with the lab.
+FLEET_INVENTORY = "tests/unit/playbooks/inventories/lab-fleet-three-groups/hosts.yml"
 CASES = {
-    "fleet_variant": ["-i", "inventories/lab-fleet/hosts.yml", "-e", json.dumps({
+    "fleet_variant": ["-i", FLEET_INVENTORY, "-e", json.dumps({
         "serve_recipe_args": "no", "serve_default_thinking": "max", "serve_max_num_seqs": "3", "serve_mtp_num_tokens": "7",
         "serve_gpu_memory_utilization": 0.9, "serve_extra_args": ["--enforce-eager", "--seed", "1"]})],
-    "fleet_recipe_strings": ["-i", "inventories/lab-fleet/hosts.yml", "-e", json.dumps({
+    "fleet_recipe_strings": ["-i", FLEET_INVENTORY, "-e", json.dumps({
         "serve_recipe_args": "true", "serve_default_thinking": "off", "serve_max_num_seqs": "3", "serve_mtp_num_tokens": "7",
         "serve_gpu_memory_utilization": "0.9", "serve_speculative_method": "mtp", "serve_extra_args": ["--seed", "2"],
         # Recorded when the recipe always passed it; now only on request (#26).
