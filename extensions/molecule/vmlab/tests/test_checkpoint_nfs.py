@@ -159,6 +159,7 @@ def test_nfsd_listens_on_the_fabric_address_only(worker):
     assert worker.run("timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/2049'").rc != 0
 
 
+@pytest.mark.lab_extended
 def test_export_drift_is_applied_by_the_next_run_without_a_handler(worker):
     """Issue #13 point 5: the file is unchanged but the kernel's table is not (a run that died before exportfs -ra,
     or a hand-made export): the next run compares `exportfs -s` with the file and re-exports (the next test's last run,
@@ -181,6 +182,7 @@ def nfsd_started(worker):
     return worker.run("systemctl show -p ActiveEnterTimestampMonotonic --value nfs-server").stdout.strip()
 
 
+@pytest.mark.lab_extended
 def test_v4_only_setting_never_restarts_nfsd_under_a_mounted_client(head, worker):
     conf = "/etc/nfs.conf.d/dspark.conf"
     started = nfsd_started(worker)
@@ -199,6 +201,7 @@ def test_v4_only_setting_never_restarts_nfsd_under_a_mounted_client(head, worker
     assert rc == 0 and "changed=0" in out.split("PLAY RECAP")[-1], out[-3000:]
 
 
+@pytest.mark.lab_extended
 def test_unreadable_files_are_reported(head, worker):
     """What root_squash makes of a 0600 shard, and the warning that says so; the shard's mode is put back by hand. The
     fix on request (nfs_export_fix_permissions: chmod o+rx of the cache root, o+rX of hub/; the token stays 0600) ran

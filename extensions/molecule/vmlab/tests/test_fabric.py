@@ -240,6 +240,7 @@ BROKEN = [
 # table tests (test_fabric_plan.py) and tests/badinputs/fabric_only.yml (site.yml) cover it (an emulated run is ~1 min).
 
 
+@pytest.mark.lab_extended
 @pytest.mark.parametrize("name, breaks, expected", BROKEN, ids=[b[0] for b in BROKEN])
 def test_broken_inventory_fails_before_any_change(tmp_path, name, breaks, expected):
     inventory = yaml.safe_load((VMLAB / "hosts.yml").read_text())
