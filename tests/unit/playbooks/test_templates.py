@@ -191,7 +191,9 @@ def test_unsafe_exports_and_proxy_values_are_refused(tmp_path):
     assert "dspark_hf_cache='/var/lib/hf(rw)' cannot be exported safely" in output
     assert "nfs_export_clients=['10.77.77.1\\n'] holds '10.77.77.1\\n', not one address or network" in output
     assert "nfs_export_options=['ro', 'root_squash', 'sec=sys,rw'] contains sec=sys,rw" in output
-    assert "docker_runtime_proxy.http_proxy, docker_runtime_proxy.https_proxy" in output
+    # The rules module's wording (plugin_utils._role_rules, docker_runtime.proxy): the keys named, the value not shown.
+    assert "docker_runtime_proxy=<not shown: secret> has http_proxy, https_proxy with a single quote, a line break" \
+        in " ".join(output.split()), output[-3000:]
     assert "it's-secret" not in output
 
 
@@ -221,9 +223,10 @@ def test_malformed_insecure_registries_are_refused(tmp_path):
     output = run.stdout + run.stderr
     assert run.returncode != 0
     assert not (out / "daemon.json").exists()
-    assert "docker_runtime_insecure_registries has %s: each entry must be HOST:PORT" % ", ".join(json.dumps(b) for b in bad) \
-        in " ".join(output.split()), output[-3000:]
-    assert "Nothing was changed" in output
+    # The rules module's wording (plugin_utils._role_rules, docker_runtime.insecure_registries): every bad entry named.
+    assert "holds %s: each entry must be HOST:PORT" % ", ".join(repr(b) for b in bad) in " ".join(output.split()), \
+        output[-3000:]
+    assert "invalid docker_runtime input, nothing was changed" in output
 
 
 RECIPE_ONLY = ("--kv-cache-dtype", "--block-size", "--speculative-config", "--tokenizer-mode",
