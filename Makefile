@@ -8,15 +8,15 @@ SCENARIOS := $(filter default,$(ALL_SCENARIOS)) $(filter-out default,$(ALL_SCENA
 MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
 # The stages of `make test`: each a target of this Makefile, run through tests/ci/stage.sh, in three lanes that run
 # beside each other (tests/ci/lanes.sh), each a lab's long stage first and then controller-only stages, so that the
-# lanes take about as long as each other: the fleet lab, then the unit tests and lint; the pair lab (its checks, every
-# scenario but vmlab), then the unit tests on the newest ansible-core; the VM lab, then the real-engine lab (converged
+# lanes take about as long as each other: the fleet lab, then the unit tests on both cores; the pair lab (its checks,
+# every scenario but vmlab), then lint; the VM lab, then the real-engine lab (converged
 # on the newest ansible-core), the build and sanity on both cores. Stage times and the cuts that keep the run under
 # 90 minutes on the 2-core CI machine: docs/design-lab.md (CI time). lint-newest is not a stage (CI time); run it
 # by hand when the newest core changes.
 # `setup` runs first, alone: what the lanes share (the newest ansible-core's venv, the node and simulator images).
 VM_STAGES := $(filter molecule-vmlab,$(MOLECULE_STAGES))
-LANE_FLEET := fleettest unit lint
-LANE_PAIR := labtest $(filter-out $(VM_STAGES),$(MOLECULE_STAGES)) unit-newest
+LANE_FLEET := fleettest unit unit-newest
+LANE_PAIR := labtest $(filter-out $(VM_STAGES),$(MOLECULE_STAGES)) lint
 LANE_VM := $(VM_STAGES) realtest build sanity sanity-newest
 TEST_STAGES := setup $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM)
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
