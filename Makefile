@@ -8,15 +8,20 @@ SCENARIOS := $(filter default,$(ALL_SCENARIOS)) $(filter-out default,$(ALL_SCENA
 MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
 # The stages of `make test`: each a target of this Makefile, run through tests/ci/stage.sh, in three lanes that run
 # beside each other (tests/ci/lanes.sh), each a lab's long stage first and then controller-only stages, so that the
-# lanes take about as long as each other: the fleet lab, then the unit tests on both cores; the pair lab (its checks,
-# every scenario but vmlab), then lint; the VM lab, then the real-engine lab (converged
+# lanes take about as long as each other: the fleet lab, then the unit tests (but the playbook runs) on both cores and
+# lint; the pair lab (its checks, the scenarios but vmlab and docker_runtime), then the unit tests that run playbooks;
+# the VM lab, then the real-engine lab (converged
 # on the newest ansible-core), the build and sanity on both cores. Stage times and the cuts that keep the run under
 # 90 minutes on the 2-core CI machine: docs/design-lab.md (CI time). lint-newest is not a stage (CI time); run it
 # by hand when the newest core changes.
 # `setup` runs first, alone: what the lanes share (the newest ansible-core's venv, the node and simulator images).
 VM_STAGES := $(filter molecule-vmlab,$(MOLECULE_STAGES))
-LANE_FLEET := fleettest unit unit-newest
-LANE_PAIR := labtest $(filter-out $(VM_STAGES),$(MOLECULE_STAGES)) lint
+# Molecule's docker_runtime scenario (the engine installed on bare nodes, its refusals and repairs, the registry pull
+# by digest) is not a stage since session 15 (CI time; every lab converge runs the role on nodes that have Docker):
+# run it by hand, `make molecule-docker_runtime`.
+CI_SCENARIOS := $(filter-out molecule-docker_runtime $(VM_STAGES),$(MOLECULE_STAGES))
+LANE_FLEET := fleettest unit-core unit-newest lint
+LANE_PAIR := labtest $(CI_SCENARIOS) unit-playbooks
 LANE_VM := $(VM_STAGES) realtest build sanity sanity-newest
 TEST_STAGES := setup $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM)
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
@@ -93,6 +98,16 @@ sanity: venv
 
 unit: venv
 	$(BIN)/pytest -q --durations=25 tests/unit
+
+# `unit` in two stages of `make test`, one per lane: the unit tests that run real playbooks (tests/unit/playbooks,
+# about 60 % of the time) and the rest (the fleet tests first: see unit-newest).
+UNIT_CORE := tests/unit/fleet tests/unit/ci tests/unit/lab tests/unit/monitoring tests/unit/simulator tests/unit/plugins
+.PHONY: unit-core unit-playbooks
+unit-core: venv
+	$(BIN)/pytest -q --durations=25 $(UNIT_CORE)
+
+unit-playbooks: venv
+	$(BIN)/pytest -q --durations=25 tests/unit/playbooks
 
 # The newest ansible-core the collection supports (requirements-newest.txt; 2.21 needs Python 3.12+, taken from
 # pyenv when it is not on PATH): the plugins' unit tests, which reach core internals (tp_ranks' member
