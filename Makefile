@@ -10,8 +10,8 @@ MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
 # beside each other (tests/ci/lanes.sh), each a lab's long stage first and then controller-only stages, so that the
 # lanes take about as long as each other: the fleet lab, then the unit tests (but the playbook runs) on both cores and
 # lint; the pair lab (its checks, the scenarios but vmlab and docker_runtime), then the unit tests that run playbooks;
-# the VM lab, then the real-engine lab (converged
-# on the newest ansible-core), the build and sanity on both cores. Stage times and the cuts that keep the run under
+# the VM lab, then the real-engine lab (converged on the newest ansible-core), the build and sanity on both cores.
+# Stage times and the cuts that keep the run under
 # 90 minutes on the 2-core CI machine: docs/design-lab.md (CI time). lint-newest is not a stage (CI time); run it
 # by hand when the newest core changes.
 # `setup` runs first, alone: what the lanes share (the newest ansible-core's venv, the node and simulator images).
@@ -100,11 +100,10 @@ unit: venv
 	$(BIN)/pytest -q --durations=25 tests/unit
 
 # `unit` in two stages of `make test`, one per lane: the unit tests that run real playbooks (tests/unit/playbooks,
-# about 60 % of the time) and the rest (the fleet tests first: see unit-newest).
-UNIT_CORE := tests/unit/fleet tests/unit/ci tests/unit/lab tests/unit/monitoring tests/unit/simulator tests/unit/plugins
+# about 60 % of the time) and all the others.
 .PHONY: unit-core unit-playbooks
 unit-core: venv
-	$(BIN)/pytest -q --durations=25 $(UNIT_CORE)
+	$(BIN)/pytest -q --durations=25 --ignore=tests/unit/playbooks tests/unit
 
 unit-playbooks: venv
 	$(BIN)/pytest -q --durations=25 tests/unit/playbooks

@@ -124,15 +124,6 @@ def kill_rank(host):
     return docker("exec", host, "docker", "kill", CONTAINER)
 
 
-def node_docker_up(host):
-    return rank_state(host)[0] != "unknown"
-
-
-# How long a restarted node may take to boot (seconds): generous, since `make test` runs three labs at once on two
-# cores; the wait ends as soon as systemd is done, and at once when the container stops. As in lab/lab.sh.
-BOOT_TIMEOUT = int(os.environ.get("LAB_BOOT_TIMEOUT", "300"))
-
-
 def wait_for(predicate, timeout, interval=1.0, abort=None):
     """predicate()'s first true value within `timeout` seconds, else its last value. `abort`, when given, is asked
     after every false value: a reason it returns (a non-empty string) fails the wait at once with that reason."""
@@ -147,37 +138,6 @@ def wait_for(predicate, timeout, interval=1.0, abort=None):
         time.sleep(interval)
 
 
-def container_state(host):
-    """The lab node's container state (running, exited, restarting, ...), or 'absent'."""
-    rc, out = docker("container", "inspect", "-f", "{{.State.Status}}", host, timeout=60)
-    return out if rc == 0 else "absent"
-
-
-def container_stopped(host):
-    """None while the node's container runs, else why not (its state and the end of its log): an `abort` for wait_for."""
-    state = container_state(host)
-    if state == "running":
-        return None
-    return "container %s is %s: %s" % (host, state, docker("logs", "--tail", "20", host, timeout=60)[1][-2000:])
-
-
-def booted(host):
-    """True once systemd in the node has finished booting ('running', or 'degraded': a unit failed)."""
-    # `systemctl is-system-running` exits non-zero on "degraded": its output says it all.
-    return docker("exec", host, "systemctl", "is-system-running", timeout=60)[1] in ("running", "degraded")
-
-
-def wait_booted(host, timeout=None):
-    """Wait until the node has booted (after a `docker restart`): no fixed sleep, and at once when the container stopped.
-    Fails naming LAB_BOOT_TIMEOUT, with what systemd still waits for, when the node has not booted in time."""
-    timeout = BOOT_TIMEOUT if timeout is None else timeout
-    if wait_for(lambda: booted(host), timeout, 1, abort=lambda: container_stopped(host)):
-        return
-    jobs = docker("exec", host, "systemctl", "list-jobs", "--no-pager", timeout=60)[1]
-    raise AssertionError("%s has not finished booting after %d s (a slower machine: raise LAB_BOOT_TIMEOUT); "
-                         "systemd still waits on:\n%s" % (host, timeout, jobs[-2000:]))
-
-
 def journal(path):
     """The supervisor's journal records (torn lines skipped)."""
     records = []
@@ -189,12 +149,3 @@ def journal(path):
         except ValueError:
             pass
     return records
-
-
-def fabric_name_after_reboot(host, address, name="enp1s0f1np1"):
-    """LAB ONLY: a restarted node container gets its fabric NIC back as ethN; a real node keeps its udev name.
-    Renames it as lab/lab.sh's node setup does (the interface that holds `address`); changes nothing else."""
-    script = ('dev=$(ip -o -4 addr show | awk -v ip="%s/" \'index($4, ip) == 1 {sub(/@.*/, "", $2); print $2; exit}\'); '
-              '[ -n "$dev" ] || exit 1; [ "$dev" = "%s" ] && exit 0; '
-              'ip link set "$dev" down && ip link set "$dev" name "%s" && ip link set "%s" up') % (address, name, name, name)
-    return docker("exec", host, "bash", "-c", script)

@@ -1,7 +1,7 @@
 """The supervisor (`dspark-fleet watch`) on the SIMULATED fleet lab: a killed rank, a rank that crashes on every
 start, and a group held by a reprovision. The serving image is the lab SIMULATOR, not vLLM. (A rebooted node, whose
 rank must not start alone, ran here until session 15: about 300 s of CI; the compose file's `restart: "no"` is unit-
-tested, and fleetlab.py keeps the reboot helpers.)
+tested. Its helpers, the boot wait and the fabric NIC's rename after a restart, are in the git history of fleetlab.py.)
 
 Needs the fleet lab up and serving (`make lab-fleet`, then site.yml); the lab is shared: run it alone
 (`make supervisortest`). Every test leaves its group serving again (serve.yml --limit <group>).
