@@ -10,8 +10,10 @@ task's own connection is used only when the task itself is no_log). Shell comman
 adds its own ``sudo -n``); modules run through ActionBase's module execution on a connection without become. The
 connections are kept for the whole poll (ssh ControlPersist makes each command cheap) and closed at the end.
 
-Only public plugin APIs: ``connection_loader``, ``ConnectionBase`` (``set_options``, ``exec_command``,
-``set_become_plugin``, ``close``), ``C.config.get_plugin_vars`` and ``ActionBase._execute_module``.
+Only public plugin APIs: ``connection_loader`` and ``get_plugin_loader_namespace`` (what the strategy hands every
+action as its shared loader), ``ConnectionBase`` (``set_options``, ``exec_command``, ``set_become_plugin``,
+``close``), ``C.config.get_plugin_vars`` and ``ActionBase._execute_module``; the connection's variables are picked
+here (``connection_var_options``), not by the plugin's private resolver.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ansible import constants as C
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.action import ActionBase
+from ansible.plugins import loader as plugin_loader
 from ansible.plugins.loader import connection_loader
 from ansible.utils.display import Display
 
@@ -31,6 +34,22 @@ display = Display()
 BASE_CONNECTION_VARS = ("inventory_hostname", "ansible_host", "ansible_connection", "ansible_python_interpreter")
 # The member variables a module run reads besides the connection's (interpreter choice and its discovery).
 MODULE_VARS = ("inventory_hostname", "ansible_python_interpreter", "ansible_interpreter_python_fallback")
+
+
+def connection_var_options(conn, conn_vars, member_vars):
+    """The ``var_options`` of a connection plugin's ``set_options``: the member's values of the plugin's own variables,
+    and of its ``ansible_<extras_prefix>_*`` extras under ``_extras`` (what TaskExecutor hands a connection). The
+    values come from HostVars, already templated."""
+    options = {"_extras": {}}
+    for name in conn_vars:
+        if name in member_vars:
+            options[name] = member_vars[name]
+    if getattr(conn, "allow_extras", False):
+        prefix = "ansible_%s_" % conn.extras_prefix
+        for name, value in member_vars.items():
+            if name.startswith(prefix) and name not in options:
+                options["_extras"][name] = value
+    return options
 
 
 class _ModuleRunner(ActionBase):
@@ -100,7 +119,7 @@ class MemberConnections:
         if action._play_context.password:
             task_keys["password"] = action._play_context.password
         task_keys.pop("retries", None)
-        conn.set_options(task_keys=task_keys, var_options=conn._resolve_option_variables(member_vars, action._templar))
+        conn.set_options(task_keys=task_keys, var_options=connection_var_options(conn, conn_vars, member_vars))
         conn._shell.set_options(task_keys=task_keys,
                                 var_options=dict((k, v) for k, v in member_vars.items() if k in shell_vars))
         return conn
@@ -154,7 +173,7 @@ class MemberConnections:
             action = self._action
             transport = getattr(conn, "transport", None) or action._play_context.connection
             runner = _ModuleRunner(action._task, conn, self._play_context(host, transport), action._loader,
-                                   action._templar, action._shared_loader_obj)
+                                   action._templar, plugin_loader.get_plugin_loader_namespace())
             result = runner._execute_module(module_name=module_name, module_args=dict(module_args),
                                             task_vars=self._vars_for_module(host))
         except AnsibleError as exc:

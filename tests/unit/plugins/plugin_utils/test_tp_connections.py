@@ -245,3 +245,33 @@ def test_local_member_sees_the_environment():
     rc, out, dummy = action._run_on("m-worker", "echo $$")
     action._members.close()
     assert rc == 0 and int(out) != os.getpid()
+
+
+def test_connection_var_options_takes_the_plugins_own_variables_and_its_extras():
+    class Extras:
+        allow_extras = True
+        extras_prefix = "ssh"
+
+    member = {"ansible_host": "192.0.2.7", "ansible_port": 2222, "dspark_rank": 1, "ansible_ssh_custom": "x",
+              "ansible_ssh_port": 22}
+    options = _tp_connections.connection_var_options(Extras(), {"ansible_host", "ansible_port", "ansible_ssh_port"},
+                                                     member)
+    assert options == {"_extras": {"ansible_ssh_custom": "x"}, "ansible_host": "192.0.2.7", "ansible_port": 2222,
+                       "ansible_ssh_port": 22}
+    # A plugin without extras gets none, and nothing of the member's other variables.
+    assert _tp_connections.connection_var_options(object(), {"ansible_host"}, member) == {
+        "_extras": {}, "ansible_host": "192.0.2.7"}
+
+
+def test_plugins_use_no_private_ansible_core_names():
+    """Issue #25: tp_ranks and preflight's plugins reach ansible-core through its public plugin APIs only."""
+    private = ("_resolve_option_variables", "_shared_loader_obj", "_variable_manager", "hv._vars")
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "plugins")
+    found = []
+    for dirpath, dummy, files in os.walk(root):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(dirpath, name), encoding="utf-8") as handle:
+                    text = handle.read()
+                found.extend("%s: %s" % (name, word) for word in private if word in text)
+    assert not found
