@@ -32,7 +32,9 @@ its dspark_group names. Output (whitespace-separated, no field is empty or conta
 
 Nodes are listed by group name, then rank. On a bad inventory nothing is printed on stdout; every problem is
 printed on stderr as `labspec: ERROR: ...` (the host or group, the variable, what is wrong, the fix) and the
-exit status is 2 (1 when ansible-inventory itself fails). Stdlib only: lab.sh runs it with the system python3.
+exit status is 2 (1 when ansible-inventory itself fails). Stdlib only, and the collection's own pure-Python group
+model (plugins/plugin_utils/_group_model.py: one integer reading, members in rank order, as the roles see them),
+imported from the checkout's collections/ link: lab.sh runs it with the system python3.
 """
 
 import argparse
@@ -45,6 +47,8 @@ import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'collections'))
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model  # noqa: E402  pylint: disable=wrong-import-position
 DEFAULT_INVENTORY = os.path.join(REPO, 'inventories', 'lab', 'hosts.yml')
 DEFAULT_MGMT_SUBNET = '10.231.0.0/24'
 MGMT_FIRST_HOST = 11
@@ -120,14 +124,9 @@ def group_hosts(inv, group, _seen=None):
 
 
 def _int(value):
-    """Integers only (a YAML int or a string of digits); bools and '9000.5' are not."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and re.fullmatch(r'\s*[0-9]+\s*', value):
-        return int(value)
-    return None
+    """Non-negative integers only, read as the roles read them (_group_model.as_int): bools and '9000.5' are not."""
+    number = _group_model.as_int(value)
+    return number if number is not None and number >= 0 else None
 
 
 def _is_template(value):
@@ -405,7 +404,8 @@ def build(inv, name, inventory='INVENTORY'):
         network = 'dspark-%s-fabric' % name if single else 'dspark-%s-%s' % (name, gname)
         spec['fabrics'].append({'network': network, 'group': gname, 'cidr': str(group['net']),
                                 'gateway': str(group['gateway']), 'mtu': group['mtu']})
-        ordered = sorted(members[gname], key=lambda n: n['rank'])
+        by_host = {n['host']: n for n in members[gname]}
+        ordered = [by_host[h] for h in _group_model.members_by_rank(list(by_host), lambda h: by_host[h]['rank'])]
         add_hosts = ','.join('%s-fabric:%s' % (n['host'], n['address']) for n in ordered)
         for node in ordered:
             spec['nodes'].append({

@@ -25,6 +25,18 @@ LISTED = {
 }
 
 
+def test_ranks_are_read_as_the_roles_read_them():
+    """The collection's group model orders members and finds the head: a boolean or a fraction is no rank, members
+    without a usable rank come last in inventory order (what tp_ranks and the roles do with the same inventory)."""
+    data = {"_meta": {"hostvars": {"x": {"dspark_rank": True}, "y": {"dspark_rank": "1"}, "z": {"dspark_rank": 0.0},
+                                   "w": {"dspark_rank": "+0"}}},
+            "dspark": {"children": ["g"]}, "g": {"hosts": ["x", "y", "z", "w"]}}
+    inv = Inventory(data)
+    assert inv.ordered_members("g") == ["w", "y", "x", "z"]
+    assert inv.head("g") == "w"
+    assert [inv.rank(h) for h in "xyzw"] == [None, 1, None, 0]
+
+
 def test_groups_members_heads():
     inv = Inventory(LISTED)
     assert inv.groups == ["pair_a", "pair_b", "trio_c"]

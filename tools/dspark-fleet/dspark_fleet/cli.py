@@ -259,7 +259,7 @@ class Context:
             env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="True", **self.env_add)
             data = inventory.list_inventory(self.inventory, self.project_dir, env,
                                             executable=runner_exec.tool("ansible-inventory"))
-            self.inv = inventory.Inventory(data)
+            self.inv = inventory.Inventory(data, project_dir=self.project_dir)
             self.patterns = inventory.split_patterns(args.groups)
             self.groups = self.inv.select(self.patterns)
         except inventory.InventoryError as exc:
@@ -372,11 +372,7 @@ class Context:
     def members(self, group):
         out = []
         for host in self.inv.ordered_members(group):
-            try:
-                rank = int(self.inv.vars_of(host).get("dspark_rank"))
-            except (TypeError, ValueError):
-                rank = None
-            out.append({"host": host, "rank": rank})
+            out.append({"host": host, "rank": self.inv.rank(host)})
         return out
 
 

@@ -2,7 +2,8 @@
 
 A serving group is a child group of ``dspark``; its members are its hosts (nested children included) and
 its head is the member with ``dspark_rank`` 0. The variables are the merged (untemplated) host variables
-``ansible-inventory --list`` prints: what the playbooks will see, before templating.
+``ansible-inventory --list`` prints: what the playbooks will see, before templating. Members are ordered and the
+head found by the collection's own group model (plugin_utils/_group_model.py), as every role and tp_ranks do.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import fnmatch
 import json
 import os
 import subprocess
+
+from . import collection
 
 PARENT_GROUP = "dspark"
 
@@ -53,17 +56,16 @@ def _hosts_of(data, group, seen=None):
     return hosts
 
 
-def _rank(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+def group_model(project_dir=None):
+    """The collection's plugin_utils._group_model (ImportError when the collection cannot be found)."""
+    return collection.plugin_utils("_group_model", project_dir)
 
 
 class Inventory:
     """The serving groups of one ``ansible-inventory --list`` document."""
 
-    def __init__(self, data, parent=PARENT_GROUP):
+    def __init__(self, data, parent=PARENT_GROUP, project_dir=None):
+        self._model = group_model(project_dir)
         if parent not in data:
             raise InventoryError("the inventory has no group '%s' (the serving groups are its child groups)" % parent)
         self.hostvars = (data.get("_meta") or {}).get("hostvars") or {}
@@ -80,16 +82,19 @@ class Inventory:
     def vars_of(self, host):
         return self.hostvars.get(host) or {}
 
+    def rank(self, host):
+        """The host's dspark_rank as an integer (the collection's one reading), None when unusable."""
+        return self._model.as_int(self.vars_of(host).get("dspark_rank"))
+
     def ordered_members(self, group):
-        """Members by dspark_rank (unknown ranks last, then by name)."""
-        def key(host):
-            rank = _rank(self.vars_of(host).get("dspark_rank"))
-            return (rank is None, rank if rank is not None else 0, host)
-        return sorted(self.members.get(group) or [], key=key)
+        """Members in rank order (members without a usable rank last, in inventory order): _group_model's order."""
+        return self._model.members_by_rank(self.members.get(group) or [],
+                                           lambda host: self.vars_of(host).get("dspark_rank"))
 
     def head(self, group):
+        """The member with dspark_rank 0, None when no member has it."""
         for host in self.members.get(group) or []:
-            if _rank(self.vars_of(host).get("dspark_rank")) == 0:
+            if self.rank(host) == 0:
                 return host
         return None
 

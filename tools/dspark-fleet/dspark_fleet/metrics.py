@@ -18,15 +18,14 @@ ttft_p95_s, ttft_requests, ...}, or null) and ``metrics_reason`` (why it is null
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import os
 import re
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+
+from . import collection
 
 PROMETHEUS_ENV = "DSPARK_FLEET_PROMETHEUS"
 # The monitoring role's scrape config (_monitoring_plan.prometheus_config): the heads' job and the group's label.
@@ -35,7 +34,7 @@ GROUP_LABEL = "dspark_group"
 DEFAULT_WINDOW = "5m"
 WINDOW_RE = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+\Z")     # a Prometheus duration (_monitoring_plan.DURATION_RE)
 TIMEOUT_S = 10.0
-VLLM_METRICS_MODULE = "ansible_collections.dspark.cluster.plugins.plugin_utils._vllm_metrics"
+VLLM_METRICS_MODULE = "_vllm_metrics"
 HEAD_SOURCE = "metrics"
 PROMETHEUS_SOURCE = "prometheus"
 
@@ -47,33 +46,10 @@ class PrometheusError(Exception):
 # --------------------------------------------------------------------------- the collection's names
 
 
-def _collections_paths(project_dir):
-    here = os.path.dirname(os.path.abspath(__file__))
-    paths = [os.path.join(project_dir, "collections")] if project_dir else []
-    parts = os.path.abspath(project_dir or "").split(os.sep)
-    if parts[-3:-2] == ["ansible_collections"]:            # an installed collection: <path>/ansible_collections/ns/name
-        paths.append(os.sep.join(parts[:-3]) or os.sep)
-    paths.append(os.path.join(here, "..", "..", "..", "collections"))  # this tool's own checkout
-    return [os.path.abspath(p) for p in paths if os.path.isdir(os.path.join(p, "ansible_collections"))]
-
-
 def vllm_names(project_dir=None):
     """The collection's _vllm_metrics module (its metric names come from _monitoring_plan, read from vLLM 0.32.0's
-    source): imported from the project's `collections/` link, as the tests do. ImportError when it is not there."""
-    try:
-        return importlib.import_module(VLLM_METRICS_MODULE)
-    except ImportError:
-        pass
-    for path in _collections_paths(project_dir):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-            importlib.invalidate_caches()
-        try:
-            return importlib.import_module(VLLM_METRICS_MODULE)
-        except ImportError:
-            continue
-    raise ImportError("cannot import %s from %s (is --project-dir the collection checkout?)" % (
-        VLLM_METRICS_MODULE, project_dir))
+    source). ImportError when the collection cannot be found."""
+    return collection.plugin_utils(VLLM_METRICS_MODULE, project_dir)
 
 
 # --------------------------------------------------------------------------- Prometheus
