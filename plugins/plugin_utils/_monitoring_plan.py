@@ -19,7 +19,7 @@ import hashlib
 import ipaddress
 import re
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _checkpoint_paths, _group_model
 
 # -- metric names --------------------------------------------------------------------------------------------------
 
@@ -455,7 +455,7 @@ def collector_config(groups, hostvars, host, settings):
         model = fleet(groups, hostvars).get(str(g(hvars, "dspark_group", "")), {"members": [host]})
         model_id = str(g(hvars, "dspark_model", ""))
         revision = str(g(hvars, "dspark_model_revision", ""))
-        stamp_dir = str(g(hvars, "checkpoint_manifest_dir", "/var/lib/dspark/checkpoint")).rstrip("/")
+        stamp = _checkpoint_paths.paths(model_id, revision, g(hvars, "checkpoint_manifest_dir"))["stamp"]
         rank = _group_model.as_int(g(hvars, "dspark_rank"))
         out["roles"].append("node")
         out["node"] = {
@@ -467,7 +467,7 @@ def collector_config(groups, hostvars, host, settings):
             "fabric_interface": str(g(hvars, "dspark_fabric_interface", "")),
             "fabric_hca": str(g(hvars, "dspark_fabric_hca", "")).split(",", maxsplit=1)[0].split(":", maxsplit=1)[0],
             "fabric_address": str(g(hvars, "dspark_fabric_address", "")),
-            "checkpoint_stamp": "%s/models--%s-%s.verified.json" % (stamp_dir, model_id.replace("/", "--"), revision),
+            "checkpoint_stamp": stamp,
             "model": model_id, "revision": revision,
         }
     if host in _hosts(groups, "dspark_supervisor"):
