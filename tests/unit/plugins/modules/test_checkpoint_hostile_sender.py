@@ -70,8 +70,8 @@ def role_filters():
 
 
 def role_hostile_find(model_dir):
-    """The argv of scp.yml's "Look for entries in the model directory that only a hostile sender makes"."""
-    tasks = yaml.safe_load((ROOT / "roles" / "checkpoint" / "tasks" / "scp.yml").read_text())
+    """The argv of scp_verify.yml's "Look for entries in the model directory that only a hostile sender makes"."""
+    tasks = yaml.safe_load((ROOT / "roles" / "checkpoint" / "tasks" / "scp_verify.yml").read_text())
     task = next(t for t in tasks if t.get("name", "").startswith("Look for entries in the model directory"))
     argv = task["ansible.builtin.command"]["argv"]
     return [model_dir if a == "{{ _checkpoint_model_dir }}" else a for a in argv]
