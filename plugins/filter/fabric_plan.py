@@ -8,43 +8,47 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 name: fabric_plan
-short_description: One part of the fabric role's validation and plan
+short_description: One phase of the fabric role's plan
 version_added: 0.1.0
 description:
-  - The fabric role's validation and planning in Python (C(plugins/plugin_utils/_fabric_plan.py)), one part per call.
-    Internal to the role (its C(tasks/plan_*.yml)); the parts and their inputs may change without notice.
+  - The fabric role's planning in Python (C(plugins/plugin_utils/_fabric_plan.py)), one structure per phase of the role
+    (its C(tasks/plan_<phase>.yml) set it as C(_fabric_phase_<phase>)). Internal to the role; the phases and their keys
+    may change without notice.
   - Runs on the controller and never connects to a node.
 author:
   - dspark.cluster contributors (@dspark)
 options:
   _input:
     description:
-      - The role's inputs (C(_fabric_plan_inputs)) with the group model of P(dspark.cluster.group_model#filter).
-      - For C(files) and C(apply_script), the values the role decided before (its C(tasks/plan_files.yml) and C(handlers/main.yml)
-        name them).
+      - The role's inputs (C(_fabric_plan_inputs)) with the group model of P(dspark.cluster.group_model#filter) and the
+        node reads made by then.
+      - For C(files) and C(apply_script), the values the role decided before (its C(tasks/plan_files.yml) and
+        C(handlers/main.yml) name them).
     type: dict
     required: true
-  part:
-    description: The part to compute.
+  phase:
+    description:
+      - C(inputs) (links, pre_args, sysctl_keys), C(read) (backend, container, backend_problems, live_differs, rings,
+        sysctls_differ), C(gid) (rank_env, bw_links), C(checks) (post_interfaces, ping_peers, bandwidth,
+        server_timeout), C(result) (bw_results, bw_low, check_problems, check_result), C(report) (report, summary);
+        C(input_problems), C(files) and C(apply_script) return one value each.
     type: str
     required: true
-    choices: [input_problems, links, pre_args, post_interfaces, backend, container, backend_problems, live_differs, rings,
-              sysctls_differ, sysctl_keys, ipv6_sysctls, rank_env, ping_peers, bw_links, bandwidth, server_timeout, bw_results, bw_low,
-              check_problems, check_result, report, summary, files, apply_script]
+    choices: [inputs, read, gid, checks, result, report, input_problems, files, apply_script]
   hostvars:
-    description: The play's C(hostvars), for what the members published (C(ping_peers), C(bandwidth), C(report)).
+    description: The play's C(hostvars), for what the members published (C(checks), C(report)).
     type: raw
 """
 
 EXAMPLES = r"""
-- name: Stop on invalid fabric inputs
-  ansible.builtin.assert:
-    that: (_fabric_plan_inputs | dspark.cluster.fabric_plan('input_problems')) | length == 0
+- name: Plan from what the node reads
+  ansible.builtin.set_fact:
+    _fabric_phase_read: "{{ _fabric_plan_inputs | combine({'pre': _fabric_pre}) | dspark.cluster.fabric_plan('read') }}"
 """
 
 RETURN = r"""
 _value:
-  description: The part asked for (a list, dict, bool or int; see C(plugins/plugin_utils/_fabric_plan.py)).
+  description: The phase's structure (a dict), or the one value of C(input_problems), C(files) and C(apply_script).
   type: raw
 """
 
@@ -52,26 +56,22 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _group_model
 
-_PLAIN = ("input_problems", "links", "pre_args", "post_interfaces", "backend", "container", "backend_problems", "live_differs", "rings",
-          "sysctls_differ", "sysctl_keys", "ipv6_sysctls", "rank_env", "bw_links", "server_timeout", "bw_results", "bw_low",
-          "check_problems", "check_result", "summary", "files", "apply_script")
+
+def _published(hostvars, inputs, wanted):
+    """{fact: {host: its value}} of what the peers or members published with set_fact (None where they did not)."""
+    out = {}
+    for name, whose in wanted:
+        hosts = inputs["model"]["peers"] if whose == "peers" else inputs["model"]["members"]
+        out[name] = {host: _group_model.read(hostvars or {}, host, name) for host in hosts}
+    return out
 
 
-def _published(hostvars, hosts, name, default=None):
-    """What each host published with set_fact (``default`` where it did not)."""
-    return {host: _group_model.read(hostvars or {}, host, name, default) for host in hosts}
-
-
-def fabric_plan(inputs, part, hostvars=None):
-    if part in _PLAIN:
-        return getattr(_fabric_plan, part)(inputs)
-    if part == "ping_peers":
-        return _fabric_plan.ping_peers(inputs, _published(hostvars, inputs["model"]["peers"], "fabric_links", []))
-    if part == "bandwidth":
-        return _fabric_plan.bandwidth(inputs, _published(hostvars, inputs["model"]["members"], "_fabric_bw_plan", []))
-    if part == "report":
-        return _fabric_plan.report(inputs, _published(hostvars, inputs["model"]["members"], "fabric_check_result"))
-    raise AnsibleFilterError("dspark.cluster.fabric_plan: unknown part %r" % (part,))
+def fabric_plan(inputs, phase, hostvars=None):
+    if phase not in _fabric_plan.PHASES:
+        raise AnsibleFilterError("dspark.cluster.fabric_plan: unknown phase %r (one of %s)" % (
+            phase, ", ".join(sorted(_fabric_plan.PHASES))))
+    function, wanted = _fabric_plan.PHASES[phase]
+    return function(inputs, _published(hostvars, inputs, wanted))
 
 
 class FilterModule:

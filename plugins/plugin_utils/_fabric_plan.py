@@ -6,8 +6,9 @@
 Each function takes ``inputs``: the role's variables as the role's ``tasks/plan_inputs.yml`` gathers them into
 ``_fabric_plan_inputs`` (``model`` is the group model of ``_group_model``; ``pre``/``gid``/``post``/... are the node
 reads the later ``tasks/plan_*.yml`` steps add) and returns what one variable of the role used to compute. The filter
-``dspark.cluster.fabric_plan`` exposes them by name. The input rules (``group_findings``, ``node_findings``) are the one
-definition preflight runs too (``inventory_rules.check_fabric``). Pure Python (stdlib ``ipaddress``), no I/O.
+``dspark.cluster.fabric_plan`` gives them one phase of the role at a time (``PHASES``, at the end: one structure per
+phase). The input rules (``group_findings``, ``node_findings``) are the one definition preflight runs too
+(``inventory_rules.check_fabric``). Pure Python (stdlib ``ipaddress``), no I/O.
 """
 
 from __future__ import annotations
@@ -434,7 +435,7 @@ def bandwidth_port(base, worker_rank, index, to_head=False):
 
 
 def bandwidth(inputs, peer_plans):
-    """Who sends and receives what between the head and every worker (peer_plans: member -> its _fabric_bw_plan)."""
+    """Who sends and receives what between the head and every worker (peer_plans: member -> its GID phase's bw_links)."""
     model = inputs["model"]
     mine = bw_links(inputs)
     base = inputs.get("bandwidth_port")
@@ -651,3 +652,62 @@ def apply_script(inputs):
     out += ["networkctl status %s >&2 2>/dev/null || nmcli device show %s >&2 || true" % (link["name"], link["name"]) for link in links]
     out.append("exit 1")
     return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- the role's phases
+# One structure per step of the role (tasks/plan_<phase>.yml sets it as _fabric_phase_<phase>), each computed once
+# from the inputs and the node reads the role made by then. ``published`` maps a fact name to {member: its value}
+# for what the members published with set_fact (fabric_links, _fabric_phase_gid, fabric_check_result).
+
+def phase_inputs(inputs, published=None):
+    """From the inputs alone: the fabric links, what fabric_check reads before the change, the sysctls it reads."""
+    return {"links": links(inputs), "pre_args": pre_args(inputs), "sysctl_keys": sysctl_keys(inputs)}
+
+
+def phase_read(inputs, published=None):
+    """From the node's read (``pre``): the backend, a container, what blocks a change, what differs, the rings."""
+    return {"backend": backend(inputs), "container": container(inputs), "backend_problems": backend_problems(inputs),
+            "live_differs": live_differs(inputs), "rings": rings(inputs), "sysctls_differ": sysctls_differ(inputs)}
+
+
+def phase_gid(inputs, published=None):
+    """After the GID index was resolved (``gid``): this rank's NCCL/Gloo environment and its RDMA ports (published
+    for the peers' bandwidth tests)."""
+    return {"rank_env": rank_env(inputs), "bw_links": bw_links(inputs)}
+
+
+def phase_checks(inputs, published=None):
+    """Once every member published its links and GID phase: what to check, whom to ping, the bandwidth tests."""
+    published = published or {}
+    peer_links = dict((peer, value or []) for peer, value in (published.get("fabric_links") or {}).items())
+    peer_plans = dict((member, (value or {}).get("bw_links") or [])
+                      for member, value in (published.get("_fabric_phase_gid") or {}).items())
+    return {"post_interfaces": post_interfaces(inputs), "ping_peers": ping_peers(inputs, peer_links),
+            "bandwidth": bandwidth(inputs, peer_plans), "server_timeout": server_timeout(inputs)}
+
+
+def phase_result(inputs, published=None):
+    """After the checks (``post``, ``bw_sent``, ``bw_received``): this node's result, as data."""
+    return {"bw_results": bw_results(inputs), "bw_low": bw_low(inputs), "check_problems": check_problems(inputs),
+            "check_result": check_result(inputs)}
+
+
+def phase_report(inputs, published=None):
+    """Once every member published fabric_check_result: the group's report and the line a passing check prints."""
+    results = (published or {}).get("fabric_check_result") or {}
+    return {"report": report(inputs, results), "summary": summary(inputs)}
+
+
+# Phase -> (its function, the published facts it reads, whose: "peers" or "members").
+PHASES = {
+    "inputs": (phase_inputs, ()),
+    "read": (phase_read, ()),
+    "gid": (phase_gid, ()),
+    "checks": (phase_checks, (("fabric_links", "peers"), ("_fabric_phase_gid", "members"))),
+    "result": (phase_result, ()),
+    "report": (phase_report, (("fabric_check_result", "members"),)),
+    # Single values: the input rules as the plan sees them, the files, the handler's script.
+    "input_problems": (lambda inputs, published=None: input_problems(inputs), ()),
+    "files": (lambda inputs, published=None: files(inputs), ()),
+    "apply_script": (lambda inputs, published=None: apply_script(inputs), ()),
+}

@@ -1,4 +1,4 @@
-"""Table-driven tests of the fabric role's files and its handler's script (plugins/plugin_utils/_fabric_plan.py, parts
+"""Table-driven tests of the fabric role's files and its handler's script (plugins/plugin_utils/_fabric_plan.py, phases
 files and apply_script; was Jinja in roles/fabric/tasks/plan_files.yml, the templates and handlers/main.yml).
 
 The expected lines are what the role's Jinja rendered for the same values before the move (the rendered files of the

@@ -80,7 +80,7 @@ def test_netplan_asks_for_no_link_local_with_ipv6_off(overrides, link_local):
 def test_the_role_reads_the_keys_and_applies_a_live_difference():
     assert fp.sysctl_keys(role_inputs()) == ["net.core.rmem_max", "net.ipv4.tcp_rmem", KEY]
     assert fp.sysctl_keys(role_inputs({KEY: None})) == ["net.core.rmem_max", "net.ipv4.tcp_rmem", KEY]   # read every run
-    assert fabric_plan(role_inputs(), "sysctl_keys") == fp.sysctl_keys(role_inputs())
+    assert fabric_plan(role_inputs(), "inputs")["sysctl_keys"] == fp.sysctl_keys(role_inputs())
     assert fp.sysctl_keys(role_inputs(ipv6_disable=False)) == ["net.core.rmem_max", "net.ipv4.tcp_rmem"]
     assert fp.sysctl_keys(role_inputs(secondary_interface="enP2p1s0f1np1", secondary_cidr="10.77.78.0/30"))[-2:] == [KEY, KEY2]
     # fabric_check reads a key by turning dots into slashes: a VLAN's key is written, not read.

@@ -286,8 +286,9 @@ TRIO_RANKS = {"c2": 0, "c1": 1, "c0": 2}
 
 def trio(host, **overrides):
     """The fleet lab's trio with ranks reversed (c2 is the head), two links per node."""
-    links = [{"link": "primary", "name": "p", "address": TRIO[host], "prefix": 24},
-             {"link": "secondary", "name": "s", "address": TRIO[host].replace("103", "104"), "prefix": 24}]
+    links = [{"link": "primary", "name": "p", "variable": "dspark_fabric_interface", "address": TRIO[host], "prefix": 24},
+             {"link": "secondary", "name": "s", "variable": "fabric_secondary_interface",
+              "address": TRIO[host].replace("103", "104"), "prefix": 24}]
     gid = {"gid_index": 3, "members": [{"netdev": "p", "device": "roce0", "port": 1}, {"netdev": "s", "device": "roce1", "port": 1}]}
     return inputs(host, TRIO, model=model(host, TRIO, ranks=TRIO_RANKS), cidr="192.168.103.0/24", fabric_links=links, gid=gid, **overrides)
 
@@ -380,14 +381,22 @@ def test_summary_and_report():
     assert fp.report(values, {"c2": ok, "c1": {"ok": False}})["ok"] is False
 
 
-def test_filter_shell():
-    hostvars = {h: {"fabric_links": trio(h)["fabric_links"], "_fabric_bw_plan": fp.bw_links(trio(h))} for h in TRIO}
+def test_filter_shell_gives_one_structure_per_phase():
+    hostvars = {h: {"fabric_links": trio(h)["fabric_links"], "_fabric_phase_gid": fp.phase_gid(trio(h))} for h in TRIO}
     values = trio("c2")
-    assert fabric_plan(values, "links") == fp.links(values)
-    assert fabric_plan(values, "ping_peers", hostvars) == fp.ping_peers(values, {h: hostvars[h]["fabric_links"] for h in TRIO})
-    assert fabric_plan(values, "bandwidth", hostvars) == fp.bandwidth(values, plans())
-    with pytest.raises(Exception, match="unknown part"):
-        fabric_plan(values, "nope")
+    assert fabric_plan(values, "inputs") == {"links": fp.links(values), "pre_args": fp.pre_args(values),
+                                             "sysctl_keys": fp.sysctl_keys(values)}
+    assert fabric_plan(values, "gid") == {"rank_env": fp.rank_env(values), "bw_links": fp.bw_links(values)}
+    checks = fabric_plan(values, "checks", hostvars)
+    assert sorted(checks) == ["bandwidth", "ping_peers", "post_interfaces", "server_timeout"]
+    assert checks["ping_peers"] == fp.ping_peers(values, {h: hostvars[h]["fabric_links"] for h in TRIO})
+    assert checks["bandwidth"] == fp.bandwidth(values, plans())
+    # A peer that has not published yet (it failed earlier) counts as having no links and no ports.
+    partial = {"c0": hostvars["c0"]}
+    assert fabric_plan(values, "checks", partial)["ping_peers"] == fp.ping_peers(values, {"c0": hostvars["c0"]["fabric_links"]})
+    assert fabric_plan(values, "checks", partial)["bandwidth"] == fp.bandwidth(values, {"c0": fp.bw_links(trio("c0"))})
+    with pytest.raises(Exception, match="unknown phase 'links'"):
+        fabric_plan(values, "links")
 
 
 def test_input_rules_and_links_never_raise_on_garbage():
