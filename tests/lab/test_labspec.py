@@ -1,17 +1,26 @@
 """Unit tests of lab/labspec.py, the inventory reader behind lab/lab.sh (no Docker needed).
 
-The inventories in inventories/ go through the venv's ansible-inventory; the bad ones are small
-hosts.yml files written to a temporary directory.
+The inventories in inventories/ go through the venv's ansible-inventory, and so does the command line; the bad ones
+are small hosts.yml files written to a temporary directory and read by labspec.main in this process, with
+`ansible-inventory --list` replaced by the same listing made here through ansible-core's InventoryManager (two process
+starts less per case; test_in_process_listing_is_ansible_inventorys checks it against the real command).
 """
 
+import contextlib
 import importlib.util
+import io
 import ipaddress
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
+
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.vars.manager import VariableManager
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = importlib.util.spec_from_file_location("labspec", REPO / "lab" / "labspec.py")
@@ -140,12 +149,66 @@ all:
 """
 
 
-def run_cli(tmp_path, text, name="lab-x"):
+# What `ansible-inventory --list` leaves out of a host's variables (its InventoryCLI.INTERNAL_VARS, as of 2.19).
+INTERNAL_VARS = {"ansible_diff_mode", "ansible_config_file", "ansible_facts", "ansible_forks", "ansible_inventory_sources",
+                 "ansible_limit", "ansible_playbook_python", "ansible_run_tags", "ansible_skip_tags", "ansible_verbosity",
+                 "ansible_version", "inventory_dir", "inventory_file", "inventory_hostname", "inventory_hostname_short",
+                 "groups", "group_names", "omit", "playbook_dir"}
+
+
+def list_in_process(path):
+    """`ansible-inventory -i PATH --list` as data, made in this process."""
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[str(path)])
+    variables = VariableManager(loader=loader, inventory=inventory)
+    listed = {"_meta": {"hostvars": {}}}
+    for group in inventory.groups.values():
+        entry = {}
+        if group.hosts:
+            entry["hosts"] = [host.name for host in group.hosts]
+        if group.child_groups:
+            entry["children"] = [child.name for child in group.child_groups]
+        listed[group.name] = entry
+    for host in inventory.get_hosts():
+        found = variables.get_vars(host=host, include_hostvars=False, stage="all")
+        listed["_meta"]["hostvars"][host.name] = {k: v for k, v in found.items() if k not in INTERNAL_VARS}
+    return listed
+
+
+def write_inventory(tmp_path, text, name="lab-x"):
     inv = tmp_path / name / "hosts.yml"
     inv.parent.mkdir(parents=True, exist_ok=True)
     inv.write_text(textwrap.dedent(text))
-    return subprocess.run([sys.executable, str(REPO / "lab" / "labspec.py"), str(inv)],
-                          capture_output=True, text=True, check=False)
+    return inv
+
+
+def run_cli(tmp_path, text, name="lab-x"):
+    """labspec.main on a hosts.yml written from ``text``: (returncode, stdout, stderr) as a process would give."""
+    inv = write_inventory(tmp_path, text, name)
+    out, err = io.StringIO(), io.StringIO()
+    real = labspec.load_inventory
+    labspec.load_inventory = list_in_process
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            returncode = labspec.main([str(inv)])
+    finally:
+        labspec.load_inventory = real
+    return types.SimpleNamespace(returncode=returncode, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+def normalized(listed):
+    """A listing without empty group entries and with hosts and children as sets (their order is not the point)."""
+    out = {"hostvars": listed["_meta"]["hostvars"]}      # _meta's "profile" (2.19+) says which format, not what
+    for name, entry in listed.items():
+        if name != "_meta" and entry:
+            out[name] = {key: sorted(value) for key, value in entry.items()}
+    return out
+
+
+@pytest.mark.parametrize("text", ["GOOD", "ROUTER"])
+def test_in_process_listing_is_ansible_inventorys(tmp_path, text):
+    inv = write_inventory(tmp_path, globals()[text])
+    assert normalized(list_in_process(inv)) == normalized(labspec.load_inventory(str(inv)))
 
 
 def test_good_inventory_two_groups(tmp_path):
