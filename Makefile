@@ -8,9 +8,9 @@ SCENARIOS := $(filter default,$(ALL_SCENARIOS)) $(filter-out default,$(ALL_SCENA
 MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
 # The stages of `make test`: each a target of this Makefile, run through tests/ci/stage.sh, in three lanes that run
 # beside each other (tests/ci/lanes.sh), each a lab's long stage first and then controller-only stages, so that the
-# lanes take about as long as each other: the fleet lab, then the unit tests (but the playbook runs) on both cores and
-# lint; the pair lab (its checks, the scenarios but vmlab and docker_runtime), then the unit tests that run playbooks;
-# the VM lab, then the real-engine lab (converged on the newest ansible-core), the build and sanity on both cores.
+# lanes take about as long as each other: the fleet lab, then the unit tests (but the playbook runs), lint and sanity;
+# the pair lab (its checks, the scenarios but vmlab and docker_runtime), then the unit tests that run playbooks and the
+# build; the VM lab, then the real-engine lab (converged on the newest ansible-core) and sanity on the newest core.
 # Stage times and the cuts that keep the run under
 # 90 minutes on the 2-core CI machine: docs/design-lab.md (CI time). lint-newest is not a stage (CI time); run it
 # by hand when the newest core changes.
@@ -20,9 +20,9 @@ VM_STAGES := $(filter molecule-vmlab,$(MOLECULE_STAGES))
 # by digest) is not a stage since session 15 (CI time; every lab converge runs the role on nodes that have Docker):
 # run it by hand, `make molecule-docker_runtime`.
 CI_SCENARIOS := $(filter-out molecule-docker_runtime $(VM_STAGES),$(MOLECULE_STAGES))
-LANE_FLEET := fleettest unit-core unit-newest lint
-LANE_PAIR := labtest $(CI_SCENARIOS) unit-playbooks
-LANE_VM := $(VM_STAGES) realtest build sanity sanity-newest
+LANE_FLEET := fleettest unit-core unit-newest lint sanity
+LANE_PAIR := labtest $(CI_SCENARIOS) unit-playbooks build
+LANE_VM := $(VM_STAGES) realtest sanity-newest
 TEST_STAGES := setup $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM)
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
 CI_LOGS := tests/output/ci
@@ -132,8 +132,11 @@ unit-newest: $(NEWEST_VENV)/.installed
 lint-newest: $(NEWEST_VENV)/.installed
 	PATH=$(CURDIR)/$(NEWEST_VENV)/bin:$$PATH $(NEWEST_VENV)/bin/ansible-lint -q --profile production
 
+# Under the newest core every sanity test but pylint (CI time: pylint is most of a sanity run, and its checks do not
+# change with the core the way validate-modules, import and ansible-doc do; `make sanity-newest SANITY_NEWEST=` runs all).
+SANITY_NEWEST ?= --skip-test pylint
 sanity-newest: $(NEWEST_VENV)/.installed
-	VENV=$(CURDIR)/$(NEWEST_VENV) bash tests/ci/sanity.sh
+	VENV=$(CURDIR)/$(NEWEST_VENV) bash tests/ci/sanity.sh $(SANITY_NEWEST)
 
 # One lab converge and its idempotence under the newest ansible-core: the pair (`make lab`), site.yml with
 # .venv-newest's ansible-playbook, then again with changed=0 on every node; the lab is taken down afterwards.
@@ -220,9 +223,15 @@ supervisortest: venv
 # The fleet-lab suites (fleet driver, router, supervisor) on ONE fleet lab brought up here and taken down
 # afterwards, in file order: test_fleet.py converges the fleet with dspark-fleet, test_router.py sets up the
 # router and rolls every group through it, test_supervisor.py breaks groups. One suite: FLEET_SUITES=tests/fleet/test_router.py
+# The tests marked lab_extended (a plain playbook's failure, plan, the crash loop's cap, the lock, a killed group's
+# removal by the health check) are left out for CI time (docs/design-lab.md): `make fleettest-all` runs them too.
 FLEET_SUITES ?= tests/fleet
-.PHONY: fleettest
+FLEET_MARKS ?= not lab_extended
+.PHONY: fleettest fleettest-all
 fleettest: prereqs-lab venv
 	$(MAKE) --no-print-directory lab-fleet
-	DSPARK_LAB_REQUIRED=1 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -v -p no:cacheprovider $(FLEET_SUITES); rc=$$?; \
-	  bash lab/lab.sh down -i $(LAB_FLEET); exit $$rc
+	DSPARK_LAB_REQUIRED=1 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -v -p no:cacheprovider -m "$(FLEET_MARKS)" $(FLEET_SUITES); \
+	  rc=$$?; bash lab/lab.sh down -i $(LAB_FLEET); exit $$rc
+
+fleettest-all:
+	$(MAKE) --no-print-directory fleettest FLEET_MARKS="lab_extended or not lab_extended"

@@ -82,6 +82,7 @@ def test_status_shows_every_group_serving():
         assert group in out and all(host in out for host in members), out[-3000:]
 
 
+@pytest.mark.lab_extended  # CI time: docs/design-lab.md
 def test_plain_playbook_failure_stays_in_its_group(tmp_path):
     """Plain ansible-playbook over the whole fleet: trio_c fails to start, the other group is not touched."""
     before = ids(("pair_b",))
@@ -101,6 +102,7 @@ def test_plain_playbook_failure_stays_in_its_group(tmp_path):
     assert rc == 0, out[-4000:]
 
 
+@pytest.mark.lab_extended  # CI time: docs/design-lab.md
 def test_plan_changes_nothing(tmp_path):
     before = ids(("pair_b",))
     rc, out = fleet("plan", "-i", INVENTORY, "--groups", "pair_b", "--plain", "--artifacts", tmp_path)

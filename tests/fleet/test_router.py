@@ -217,6 +217,7 @@ def test_rolling_reprovision_loses_no_request(all_back, tmp_path):
 
 # --------------------------------------------------------------------------- Test B: a group killed outright
 
+@pytest.mark.lab_extended  # CI time: docs/design-lab.md
 def test_killed_group_is_taken_out_by_the_health_check(all_back):
     victim = "pair_b"
     head = lab.heads()[victim]

@@ -77,6 +77,7 @@ def test_a_killed_worker_rank_is_restored_by_watch(state):
     assert ok, text
 
 
+@pytest.mark.lab_extended  # CI time: docs/design-lab.md
 def test_a_rank_that_crashes_on_every_start_stops_at_the_cap(state, tmp_path):
     bad = faulty_inventory(tmp_path, WORKER, {"DSPARK_SIM_CRASH_AFTER": "2"})
     try:
@@ -103,6 +104,7 @@ def test_a_rank_that_crashes_on_every_start_stops_at_the_cap(state, tmp_path):
         restore()
 
 
+@pytest.mark.lab_extended  # CI time: docs/design-lab.md
 def test_watch_leaves_a_group_alone_while_a_reprovision_holds_it(state, tmp_path):
     lock_file = state / "locks" / (GROUP + ".lock")
     # The fabric phase alone (a reprovision holds the lock the same way for every phase; in the container lab fabric

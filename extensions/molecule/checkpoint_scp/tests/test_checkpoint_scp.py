@@ -1,6 +1,6 @@
 """Verify the checkpoint_scp scenario: the worker's fake checkpoint reached the head byte for byte (in parallel
 streams, the default), a re-run changes nothing and hashes nothing, a killed stream is diagnosed and the copy resumes,
---check lists and copies nothing, a corrupted file is named and repaired, a shard
+--check lists a missing shard and copies nothing and the next run repairs it and a corrupted file (named), a shard
 missing on the source fails the validation by name, the key is restricted (unprivileged receiver, rrsync -munge
 confined to the model directory), a hostile sender with the key changes nothing outside the model directory and
 fails the next run, and the source tree was never modified. One stream (checkpoint_scp_streams=1) is proven by the
@@ -27,6 +27,7 @@ SNAPSHOT = "%s/snapshots/%s" % (MODEL_DIR, REVISION)
 MANIFEST = "/var/lib/dspark/checkpoint/%s-%s.json" % (FOLDER, REVISION)
 SPARSE_SHARD = "model-00004-of-00004.safetensors"
 DENSE_SHARD = "model-00002-of-00004.safetensors"
+MISSING_SHARD = "model-00003-of-00004.safetensors"
 STAMP = "/var/lib/dspark/checkpoint/%s-%s.verified.json" % (FOLDER, REVISION)
 RECEIVER = "dspark-ckpt"
 RECEIVER_KEYS = "/var/lib/%s/.ssh/authorized_keys" % RECEIVER
@@ -157,31 +158,29 @@ def test_killed_copy_resumes():
     assert_identical()
 
 
-def test_check_mode_lists_and_changes_nothing():
-    TARGET.check_output("rm -f %s/%s", SNAPSHOT, DENSE_SHARD)
-    try:
-        rc, out, dummy = playbook("--check", "-v")  # -v: the copy task's itemized list
-        assert rc == 0, out
-        assert TARGET.run("test -e %s/%s", SNAPSHOT, DENSE_SHARD).rc != 0, "--check copied the shard"
-        assert DENSE_SHARD in out.split("Copy the snapshot")[1], out
-    finally:
-        rc, out, dummy = playbook()
-    assert rc == 0, out
-    assert_identical()
-
-
-def test_corrupt_byte_is_named_and_repaired():
-    # Same size and mtime: rsync's quick check alone would never notice this.
+def test_check_mode_lists_a_missing_shard_and_the_next_run_repairs_it_and_a_corrupt_byte():
+    """One damaged target for both proofs (CI time: one playbook run less): a missing shard, and a byte of another
+    corrupted with its size and mtime kept (rsync's quick check alone would never notice). --check lists the missing
+    shard and changes nothing; the next run names the corrupt file, removes it and copies both again."""
+    TARGET.check_output("rm -f %s/%s", SNAPSHOT, MISSING_SHARD)
     TARGET.check_output(
         "python3 -c \"import os,sys; p=sys.argv[1]; st=os.stat(p); f=open(p,'r+b'); f.seek(4096); b=f.read(1); "
         "f.seek(4096); f.write(bytes([b[0] ^ 255])); f.close(); os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))\" %s/%s",
         SNAPSHOT, DENSE_SHARD)
+    corrupt = TARGET.check_output("sha256sum %s/%s", SNAPSHOT, DENSE_SHARD)
     verify = subprocess.run([shutil.which("ansible") or "ansible", "-i", str(LAB / "hosts.yml"), "spark-head", "-b",
                              "-m", "dspark.cluster.checkpoint_manifest", "-a",
                              "state=verified model=%s cache_dir=%s manifest_path=%s" % (MODEL, CACHE, MANIFEST)],
                             cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120, check=False)
     assert verify.returncode != 0 and "corrupt: %s (sha256" % DENSE_SHARD in verify.stdout, verify.stdout
-    rc, out, dummy = playbook()
+    try:
+        rc, out, dummy = playbook("--check", "-v")  # -v: the copy task's itemized list
+        assert rc == 0, out
+        assert TARGET.run("test -e %s/%s", SNAPSHOT, MISSING_SHARD).rc != 0, "--check copied the shard"
+        assert MISSING_SHARD in out.split("Copy the snapshot")[1], out
+        assert TARGET.check_output("sha256sum %s/%s", SNAPSHOT, DENSE_SHARD) == corrupt, "--check touched the file"
+    finally:
+        rc, out, dummy = playbook()
     assert rc == 0, out
     assert DENSE_SHARD in out.split("Remove corrupt files")[1], out
     assert_identical()

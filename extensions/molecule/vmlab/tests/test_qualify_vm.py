@@ -59,6 +59,9 @@ def lowered_mtu():
         worker.run("ip link set dev %s mtu %d" % (IFACE, MTU))
 
 
+# CI time (docs/design-lab.md): about 400 s of the VM lane. The qualification's faults are named in the container lab
+# (tests/lab/test_qualify_lab.py); its GID and bandwidth judgements on recorded outputs (unit tests).
+@pytest.mark.lab_extended
 def test_a_lowered_mtu_on_one_side_is_named(tmp_path, lowered_mtu):  # pylint: disable=redefined-outer-name,unused-argument
     rc, out, checks = qualify(tmp_path / "low")
     assert rc == 1, out[-4000:]
