@@ -355,14 +355,28 @@ wait_ready() {
   done
 }
 
+# vm_ssh_patient NODE CMD...: vm_ssh, tried again while ssh itself fails (exit 255) for up to 120 s: an emulated guest
+# on a loaded machine can miss ConnectTimeout in the banner exchange right after it answered (seen in CI). The
+# command's own exit status is returned as it is.
+vm_ssh_patient() {
+  local n=$1 deadline=$((SECONDS + 120)) rc
+  shift
+  while :; do
+    vm_ssh "$n" "$@" && return 0
+    rc=$?
+    ((rc == 255 && SECONDS < deadline)) || return "$rc"
+    sleep 3
+  done
+}
+
 # The UDP link must carry full jumbo frames unfragmented: 9000 - 40 (IPv6) - 8 (ICMPv6) = 8952 bytes.
 # IPv6 link-local, because the fabric has no IPv4 until a role gives it one.
 check_jumbo_link() {
   local peer_ll
-  peer_ll=$(vm_ssh spark-worker "ip -6 -o addr show dev $FABRIC_IF scope link" |
+  peer_ll=$(vm_ssh_patient spark-worker "ip -6 -o addr show dev $FABRIC_IF scope link" |
     awk '{sub(/\/.*/, "", $4); print $4; exit}')
   [[ -n $peer_ll ]] || die "spark-worker has no IPv6 link-local address on $FABRIC_IF"
-  vm_ssh spark-head "ping -6 -M do -s 8952 -c 1 -w 15 $peer_ll%$FABRIC_IF" >/dev/null ||
+  vm_ssh_patient spark-head "ping -6 -M do -s 8952 -c 1 -w 15 $peer_ll%$FABRIC_IF" >/dev/null ||
     die "a DF 8952-byte IPv6 ping spark-head -> spark-worker over $FABRIC_IF failed"
 }
 
