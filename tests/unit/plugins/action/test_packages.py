@@ -48,8 +48,8 @@ def test_lists_that_cannot_install_are_refreshed_once():
 
 
 def test_a_failure_after_the_refresh_names_both_reasons_and_the_fix():
-    result, calls = run({"name": ["nftables"]}, [{"failed": True, "msg": NO_MATCH},
-                                                  {"failed": True, "msg": "Failed to update apt cache: W:GPG error"}])
+    results = [{"failed": True, "msg": NO_MATCH}, {"failed": True, "msg": "Failed to update apt cache: W:GPG error"}]
+    result, calls = run({"name": ["nftables"]}, results)
     assert len(calls) == 2 and result["failed"] is True and result["refreshed"] is True
     assert "could not install nftables: Failed to update apt cache: W:GPG error" in result["msg"]
     assert "before the refresh of the package lists: " + NO_MATCH in result["msg"]
