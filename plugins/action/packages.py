@@ -40,7 +40,7 @@ class ActionModule(ActionBase):
             return result
         first = self._execute_module(module_name=_packages.APT, task_vars=task_vars,
                                      module_args=_packages.apt_args(names, args.get("install_recommends")))
-        if first.get("unreachable") or not _packages.first_failed(first):
+        if not _packages.failed(first):
             result.update(first)
             result["refreshed"] = False
             return result
@@ -51,10 +51,7 @@ class ActionModule(ActionBase):
             return result
         second = self._execute_module(module_name=_packages.APT, task_vars=task_vars,
                                       module_args=_packages.apt_args(names, args.get("install_recommends"), refresh=True))
-        if _packages.first_failed(second):
-            if second.get("unreachable"):
-                result.update(second)
-                return result
+        if _packages.failed(second):
             result.update(_packages.failure(names, first, second))
             return result
         result.update(second)

@@ -36,9 +36,9 @@ def names_problem(names):
     return None
 
 
-def first_failed(result):
-    """Whether an apt result failed (an unreachable node counts: the action returns it as it is)."""
-    return bool(result.get("failed") or result.get("unreachable"))
+def failed(result):
+    """Whether an apt run failed on the node (an unreachable node is not a failed install: returned as it is)."""
+    return bool(result.get("failed")) and not result.get("unreachable")
 
 
 def check_mode_plan(names, first):
