@@ -4,8 +4,8 @@
 """Thin shell: waits until a tensor-parallel serving group is up, or says which rank on which node broke it.
 
 Every round it runs `docker inspect` and `docker logs` of each member's serving container through that member's
-own Ansible connection, and the module dspark.cluster.tp_api_probe on the head (through the head's connection)
-against the API on the head's loopback. The parts live in plugin_utils: _tp_plan (members, ranks, expected world),
+own Ansible connection (with the task's become, resolved per member as for a delegated host), and the module
+dspark.cluster.tp_api_probe on the head (through the head's connection) against the API on the head's loopback. The parts live in plugin_utils: _tp_plan (members, ranks, expected world),
 _tp_connections (the member connections), _tp_docker (commands and their parsing), _tp_logbuffer (logs merged
 across rounds), _tp_loglines / _tp_signatures / _tp_assess (what the logs say), _tp_api (the probe's arguments and
 verdict) and _tp_diagnosis (diagnoses, verdicts, result pieces).
@@ -42,7 +42,6 @@ ARGUMENT_SPEC = {
     "poll_interval": {"type": "float", "default": 1.0},
     "generation_timeout": {"type": "int", "default": 60},
     "log_lines": {"type": "int", "default": 400},
-    "become": {"type": "bool", "default": False},
 }
 
 # Inventory variables of each member the plan reads (templated by HostVars on access).
@@ -136,11 +135,10 @@ class ActionModule(ActionBase):
         """One look at every member's container: observations, unreachable nodes; updates the log buffers."""
         observations = {}
         unreachable = {}
-        become = args["become"]
         for member in plan["members"]:
             node = member["node"]
             name = member["container"]
-            rc, out, err = self._run_on(node, tp_docker.inspect_command(name, become))
+            rc, out, err = self._run_on(node, tp_docker.inspect_command(name))
             if rc is None:
                 unreachable[node] = err
                 state["streaks"][node] = state["streaks"].get(node, 0) + 1
@@ -158,7 +156,7 @@ class ActionModule(ActionBase):
                 state["seen_ids"][node] = obs["id"]
                 state["baselines"][node] = {"id": obs["id"], "started_at": obs["started_at"]}
             # Only what is new since the last line seen (the whole tail on a first look).
-            rc, out, err = self._run_on(node, tp_docker.logs_command(name, args["log_lines"], buf.last_ts, become))
+            rc, out, err = self._run_on(node, tp_docker.logs_command(name, args["log_lines"], buf.last_ts))
             if rc == 0:
                 buf.add(out)
             elif rc is not None:
@@ -166,7 +164,7 @@ class ActionModule(ActionBase):
                                                                            redact((err or out)[-300:], self._secrets(args))))
             if first_look:
                 # Registration lines older than the tail (a group that has been serving for a while).
-                rc, out, err = self._run_on(node, tp_docker.key_lines_command(name, become))
+                rc, out, err = self._run_on(node, tp_docker.key_lines_command(name))
                 if rc == 0:
                     buf.add(out)
         return observations, unreachable

@@ -30,8 +30,8 @@ description:
     also prints its assignment line; from 0.19 only each node's local rank 0 does (C(info_once), scope C(local)),
     after the collective group creation, so it also proves the other ranks whose C(world_size) line is in the same
     container log. Any C(dspark_gpus_per_node) is therefore counted from what vLLM really prints.
-  - The API is probed from the head itself (the module M(dspark.cluster.tp_api_probe) run through the head's connection,
-    without become, against C(http://127.0.0.1:<api_port>)). C(GET /v1/models) must list O(served_model_name); then
+  - The API is probed from the head itself (the module M(dspark.cluster.tp_api_probe) run through the head's connection
+    against C(http://127.0.0.1:<api_port>)). C(GET /v1/models) must list O(served_model_name); then
     exactly one real generation request (C(POST /v1/chat/completions), 16 tokens) must return choices. A C(/health)
     answer alone is not enough, since a wedged group still answers it.
   - Succeeds when every expected rank registered with the expected world size and the same init method, the API lists
@@ -41,8 +41,10 @@ description:
     nodes. Every diagnosis names the rank, the node, the cause and the fix; the last lines of each rank's log are
     returned on failure.
   - Other members than the host the task runs on (or is delegated to) are reached with their own inventory
-    connection variables, the way Ansible connects to a delegated host; C(become) on the task is not used for them,
-    nor for the probe module on the head.
+    connection variables, the way Ansible connects to a delegated host. The task's C(become) applies to every member
+    (the C(docker) commands and the probe module): a member's own C(ansible_become), C(ansible_become_method),
+    C(ansible_become_user) and password variables are honoured, as for a delegated host. Without become the
+    connection user must be in the C(docker) group.
 author:
   - dspark.cluster contributors (@dspark)
 options:
@@ -93,10 +95,6 @@ options:
     description: Lines of each container log read per poll (C(docker logs --tail)); only new lines are asked for.
     type: int
     default: 400
-  become:
-    description: Run the C(docker) commands with C(sudo -n). Not needed when the operator user is in the docker group.
-    type: bool
-    default: false
 attributes:
   check_mode:
     description: Does not poll in check mode; returns the expected ranks and members as a prediction, marked skipped.
@@ -109,7 +107,7 @@ attributes:
     support: full
     platforms: posix
 requirements:
-  - docker CLI on every member, usable by the connection user (or with O(become))
+  - docker CLI on every member, usable by the connection user (or with the task's C(become))
   - Python on the head for the probe module (C(ansible_python_interpreter) or interpreter discovery)
 notes:
   - Run it once per serving group, for example with C(run_once=true) and C(delegate_to) the group's head.

@@ -6,14 +6,19 @@
 Every member, the task's own host included, gets its connection plugin (``ansible_connection``, ``smart`` = ssh)
 configured from its own inventory variables, the way TaskExecutor builds the connection of a delegated host, on a
 no_log play context: the ssh plugin's -vvv trace would otherwise print the ranks' raw logs, keys included (the
-task's own connection is used only when the task itself is no_log). Shell commands never use become (the caller
-adds its own ``sudo -n``); modules run through ActionBase's module execution on a connection without become. The
-connections are kept for the whole poll (ssh ControlPersist makes each command cheap) and closed at the end.
+task's own connection is used only when the task itself is no_log). When the task becomes (``become: true``, or the
+member's ``ansible_become``), each member's connection gets its own become plugin (the member's
+``ansible_become_method``, ``ansible_become_user``, password variables, and ``-K``'s password), as TaskExecutor
+gives one to a delegated host's connection, and shell commands run through ActionBase's
+``_low_level_execute_command``, which wraps them with it. Modules (the API probe) run without become, on a
+connection of their own: they need no privilege, and a module run as an unprivileged become user needs ACLs for
+Ansible's temporary files. The connections are kept for the whole poll (ssh ControlPersist makes each command
+cheap; the two connections of a member share its master) and closed at the end.
 
-Only public plugin APIs: ``connection_loader`` and ``get_plugin_loader_namespace`` (what the strategy hands every
-action as its shared loader), ``ConnectionBase`` (``set_options``, ``exec_command``, ``set_become_plugin``,
-``close``), ``C.config.get_plugin_vars`` and ``ActionBase._execute_module``; the connection's variables are picked
-here (``connection_var_options``), not by the plugin's private resolver.
+Only public plugin APIs: ``connection_loader``, ``become_loader`` and ``get_plugin_loader_namespace`` (what the
+strategy hands every action as its shared loader), ``ConnectionBase`` (``set_options``, ``set_become_plugin``,
+``close``), ``BecomeBase.set_options``, ``C.config.get_plugin_vars`` and ActionBase's command and module execution;
+the plugins' variables are picked here (``plugin_var_options``), not by a plugin's private resolver.
 """
 
 from __future__ import annotations
@@ -21,44 +26,53 @@ from __future__ import annotations
 import os
 
 from ansible import constants as C
-from ansible.errors import AnsibleError
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.plugins import loader as plugin_loader
-from ansible.plugins.loader import connection_loader
+from ansible.plugins.loader import become_loader, connection_loader
 from ansible.utils.display import Display
 
 display = Display()
 
 # Always copied for a member connection, next to the connection and shell plugins' own variables.
-BASE_CONNECTION_VARS = ("inventory_hostname", "ansible_host", "ansible_connection", "ansible_python_interpreter")
+BASE_CONNECTION_VARS = ("inventory_hostname", "ansible_host", "ansible_connection", "ansible_python_interpreter",
+                        "ansible_become", "ansible_become_method")
 # The member variables a module run reads besides the connection's (interpreter choice and its discovery).
 MODULE_VARS = ("inventory_hostname", "ansible_python_interpreter", "ansible_interpreter_python_fallback")
 
 
-def connection_var_options(conn, conn_vars, member_vars):
-    """The ``var_options`` of a connection plugin's ``set_options``: the member's values of the plugin's own variables,
-    and of its ``ansible_<extras_prefix>_*`` extras under ``_extras`` (what TaskExecutor hands a connection). The
-    values come from HostVars, already templated."""
+def plugin_var_options(plugin, plugin_vars, member_vars):
+    """The ``var_options`` of a plugin's ``set_options``: the member's values of the plugin's own variables, and for a
+    connection plugin that allows them its ``ansible_<extras_prefix>_*`` extras under ``_extras`` (what TaskExecutor
+    hands a connection or a become plugin). The values come from HostVars, already templated."""
     options = {"_extras": {}}
-    for name in conn_vars:
+    for name in plugin_vars:
         if name in member_vars:
             options[name] = member_vars[name]
-    if getattr(conn, "allow_extras", False):
-        prefix = "ansible_%s_" % conn.extras_prefix
+    if getattr(plugin, "allow_extras", False):
+        prefix = "ansible_%s_" % plugin.extras_prefix
         for name, value in member_vars.items():
             if name.startswith(prefix) and name not in options:
                 options["_extras"][name] = value
     return options
 
 
+def wants_become(member_vars, task_become):
+    """Whether a member's commands become: its ``ansible_become`` when set, else the task's ``become`` (TaskExecutor's
+    rule for the connection it builds)."""
+    value = member_vars.get("ansible_become")
+    return boolean(value, strict=False) if value is not None else bool(task_become)
+
+
 class _ModuleRunner(ActionBase):
-    """ActionBase bound to one member's connection: only its module execution is used."""
+    """ActionBase bound to one member's connection: only its command and module execution are used."""
 
     TRANSFERS_FILES = False
 
     def run(self, tmp=None, task_vars=None):
-        raise NotImplementedError("used for _execute_module only")
+        raise NotImplementedError("used for _low_level_execute_command and _execute_module only")
 
 
 class MemberConnections:
@@ -69,6 +83,8 @@ class MemberConnections:
         self._hostvars = hostvars
         self._own_host = own_host
         self._built = {}
+        self._becomes = {}
+        self._runners = {}
         self._module_vars = {}
 
     def _member_vars(self, host, names):
@@ -81,30 +97,57 @@ class MemberConnections:
         found.setdefault("inventory_hostname", host)
         return found
 
-    def _play_context(self, host, name, censored=False):
+    def _play_context(self, host, name, become=False, censored=False):
         play_context = self._action._play_context.copy()
         play_context.connection = name
         play_context.remote_addr = self._member_vars(host, ("ansible_host",)).get("ansible_host") or host
-        play_context.become = False
+        play_context.become = become
         if censored:
             # What the ranks' logs hold before tp_ranks redacts it (vLLM logs keys given by --config): the ssh
             # plugin's -vvv trace prints every command's raw output unless its play context is no_log.
             play_context.no_log = True
         return play_context
 
-    def _build(self, host):
+    def _task_keys(self):
+        """The task's keywords as TaskExecutor hands them to a member's plugins."""
         action = self._action
-        if host not in self._hostvars:
-            raise AnsibleError("%s is not in the inventory" % host)
+        task_keys = action._task.dump_attrs()
+        task_keys = dict(task_keys) if isinstance(task_keys, dict) else {}
+        # As TaskExecutor: 'timeout' is the connection timeout, the passwords come via the play context.
+        task_keys["timeout"] = action._play_context.timeout
+        if action._play_context.password:
+            task_keys["password"] = action._play_context.password
+        if action._play_context.become_pass:
+            task_keys["become_pass"] = action._play_context.become_pass
+        task_keys.pop("retries", None)
+        return task_keys
+
+    def _become(self, host, first, task_keys):
+        """The member's become plugin with its own options, or None when its commands do not become."""
+        task = self._action._task
+        if not wants_become(first, task.become):
+            return None
+        method = first.get("ansible_become_method") or task.become_method
+        become = become_loader.get(method)
+        if not become:
+            raise AnsibleError("the become plugin '%s' (for %s) was not found" % (method, host))
+        become_vars = set(C.config.get_plugin_vars("become", become._load_name))
+        become.set_options(task_keys=task_keys, var_options=plugin_var_options(
+            become, become_vars, self._member_vars(host, sorted(become_vars))))
+        return become
+
+    def _build(self, host, become):
+        action = self._action
         first = self._member_vars(host, BASE_CONNECTION_VARS)
         name = first.get("ansible_connection") or action._task.connection or C.DEFAULT_TRANSPORT
         if name == "smart":
             name = "ssh"
-        conn = connection_loader.get(name, self._play_context(host, name, censored=True), new_stdin=None,
-                                     task_uuid=action._task._uuid, ansible_playbook_pid=to_text(os.getppid()))
+        conn = connection_loader.get(name, self._play_context(host, name, become is not None, censored=True),
+                                     new_stdin=None, task_uuid=action._task._uuid,
+                                     ansible_playbook_pid=to_text(os.getppid()))
         if not conn:
             raise AnsibleError("the connection plugin '%s' (for %s) was not found" % (name, host))
-        conn.set_become_plugin(None)    # become is the caller's own `sudo -n` prefix, never the connection's
+        conn.set_become_plugin(become)
         conn_vars = set(C.config.get_plugin_vars("connection", conn._load_name))
         shell_vars = set(C.config.get_plugin_vars("shell", conn._shell._load_name))
         names = set(BASE_CONNECTION_VARS) | conn_vars | shell_vars
@@ -112,40 +155,63 @@ class MemberConnections:
             prefix = "ansible_%s_" % conn.extras_prefix
             names.update(n for n in self._hostvars[host] if n.startswith(prefix))
         member_vars = self._member_vars(host, sorted(names))
-        task_keys = action._task.dump_attrs()
-        task_keys = dict(task_keys) if isinstance(task_keys, dict) else {}
-        # As TaskExecutor: 'timeout' is the connection timeout, the password comes via the play context.
-        task_keys["timeout"] = action._play_context.timeout
-        if action._play_context.password:
-            task_keys["password"] = action._play_context.password
-        task_keys.pop("retries", None)
-        conn.set_options(task_keys=task_keys, var_options=connection_var_options(conn, conn_vars, member_vars))
+        task_keys = self._task_keys()
+        conn.set_options(task_keys=task_keys, var_options=plugin_var_options(conn, conn_vars, member_vars))
         conn._shell.set_options(task_keys=task_keys,
                                 var_options=dict((k, v) for k, v in member_vars.items() if k in shell_vars))
         return conn
 
-    def _own_built(self, host):
-        if host not in self._built:
-            self._built[host] = self._build(host)
-        return self._built[host]
-
-    def get(self, host):
-        """The connection commands to ``host`` use: one built here (its -vvv trace censored), or for the task's host
-        the task's own one when that is censored too (a no_log task)."""
+    def get(self, host, for_module=False):
+        """The connection to ``host``: for commands, one with the member's become (if any); for modules, one without.
+        Built here (its -vvv trace censored), or for the task's host the task's own one when that is censored too (a
+        no_log task; TaskExecutor gave it the task's become, so modules use it only when it has none)."""
+        if host not in self._hostvars:
+            raise AnsibleError("%s is not in the inventory" % host)
         own = self._action._connection
         if host == self._own_host and own is not None and self._action._play_context.no_log:
-            return own
-        return self._own_built(host)
+            if not for_module or getattr(own, "become", None) is None:
+                return own
+        if for_module:
+            become = None
+        else:
+            if host not in self._becomes:
+                self._becomes[host] = self._become(host, self._member_vars(host, BASE_CONNECTION_VARS),
+                                                   self._task_keys())
+            become = self._becomes[host]
+        key = (host, become is not None)
+        if key not in self._built:
+            self._built[key] = self._build(host, become)
+        return self._built[key]
+
+    def _runner(self, host, for_module=False):
+        """ActionBase on one of the member's connections (built on first use), which runs its commands or modules."""
+        key = (host, for_module)
+        if key not in self._runners:
+            action = self._action
+            conn = self.get(host, for_module)
+            transport = getattr(conn, "transport", None) or action._play_context.connection
+            self._runners[key] = _ModuleRunner(
+                action._task, conn, self._play_context(host, transport, getattr(conn, "become", None) is not None),
+                action._loader, action._templar, plugin_loader.get_plugin_loader_namespace())
+        return self._runners[key]
 
     def run(self, host, command, in_data=None):
-        """(rc, stdout, stderr); rc None when the host could not be reached or the command not started."""
+        """(rc, stdout, stderr), with the member's become when it has one; rc None when the host could not be
+        reached. A failed become (a missing or wrong sudo password) is the command's failure, not an unreachable
+        host: rc 1 and the plugin's message as stderr."""
         data = to_bytes(in_data, errors="surrogate_or_strict") if in_data is not None else None
         try:
-            conn = self.get(host)
-            rc, out, err = conn.exec_command(command, in_data=data, sudoable=False)
+            runner = self._runner(host)
         except AnsibleError as exc:
             return None, "", to_text(exc)
-        return rc, to_text(out, errors="surrogate_or_replace"), to_text(err, errors="surrogate_or_replace")
+        try:
+            res = runner._low_level_execute_command(command, sudoable=True, in_data=data,
+                                                    encoding_errors="surrogate_or_replace")
+        except AnsibleConnectionFailure as exc:
+            return None, "", to_text(exc)
+        except AnsibleError as exc:
+            return 1, "", to_text(exc)
+        return res["rc"], res["stdout"], res["stderr"]
 
     def _vars_for_module(self, host):
         """The member's variables for a module run, kept across runs (interpreter discovery happens once)."""
@@ -165,26 +231,18 @@ class MemberConnections:
     def run_module(self, host, module_name, module_args):
         """Run a module on ``host`` (never with become); its result, or {unreachable, msg} when it could not run."""
         try:
-            if host not in self._hostvars:
-                raise AnsibleError("%s is not in the inventory" % host)
-            conn = self.get(host)
-            if getattr(conn, "become", None) is not None:
-                conn = self._own_built(host)     # the task's connection becomes: use one that does not
-            action = self._action
-            transport = getattr(conn, "transport", None) or action._play_context.connection
-            runner = _ModuleRunner(action._task, conn, self._play_context(host, transport), action._loader,
-                                   action._templar, plugin_loader.get_plugin_loader_namespace())
-            result = runner._execute_module(module_name=module_name, module_args=dict(module_args),
-                                            task_vars=self._vars_for_module(host))
+            result = self._runner(host, for_module=True)._execute_module(module_name=module_name, module_args=dict(module_args),
+                                                        task_vars=self._vars_for_module(host))
         except AnsibleError as exc:
             return {"unreachable": True, "failed": True, "msg": to_text(exc)}
         result.pop("ansible_facts", None)       # discovered interpreter of another host: not the task host's fact
         return result
 
     def close(self):
-        for host, conn in self._built.items():
+        for (host, dummy), conn in self._built.items():
             try:
                 conn.close()
             except Exception as exc:  # pylint: disable=broad-except
                 display.vvv("tp_ranks: closing the connection to %s failed: %s" % (host, exc))
         self._built = {}
+        self._runners = {}

@@ -94,9 +94,10 @@ def access_diagnoses(plan, observations, unreachable, streaks):
         if obs.get('problem') == 'docker_error':
             message = obs.get('message') or ''
             if 'password is required' in message or 'sudo' in message:
-                fix = 'Allow the operator user passwordless sudo for docker, or drop become and add it to the docker group.'
+                fix = ('Allow the operator user passwordless sudo on %s (or give the become password), or run the '
+                       'check without become and add the user to the docker group.' % node)
             elif 'permission denied' in message.lower():
-                fix = 'Add the operator user to the docker group on %s, or pass become: true.' % node
+                fix = 'Add the operator user to the docker group on %s, or run the check with become: true.' % node
             else:
                 fix = 'Install and start Docker on %s and make it usable by the operator user.' % node
             out.append(make_diag('docker_unavailable', rank, node,

@@ -4,7 +4,8 @@
 """The docker CLI of a tp_ranks poll: the commands run on each member and the parsing of their output.
 
 ``docker inspect`` limited to identity and state, ``docker logs --timestamps`` (only what is new), the key lines of
-the whole log on a first look. No Ansible imports, no I/O.
+the whole log on a first look; plain commands, run with the task's become by the member connections
+(_tp_connections). No Ansible imports, no I/O.
 """
 
 from __future__ import annotations
@@ -37,34 +38,29 @@ KEY_LINE_NEEDLES = (
 KEY_LINES_MAX = 2000
 
 
-def _docker(become):
-    return 'sudo -n docker' if become else 'docker'
-
-
 INSPECT_FORMAT = ('{"Id":{{json .Id}},"Name":{{json .Name}},"RestartCount":{{json .RestartCount}},'
                   '"Image":{{json .Config.Image}},"State":{{json .State}}}')
 
 
-def inspect_command(container, become=False):
+def inspect_command(container):
     """docker inspect limited to identity and state (the full output carries the environment, secrets included)."""
-    return '%s inspect --type container --format %s %s' % (
-        _docker(become), shlex.quote(INSPECT_FORMAT), shlex.quote(container))
+    return 'docker inspect --type container --format %s %s' % (shlex.quote(INSPECT_FORMAT), shlex.quote(container))
 
 
-def logs_command(container, lines, since=None, become=False):
+def logs_command(container, lines, since=None):
     """Timestamped stdout+stderr of the container: the last `lines`, only those at or after `since` if given."""
-    parts = [_docker(become), 'logs', '--timestamps']
+    parts = ['docker', 'logs', '--timestamps']
     if since:
         parts += ['--since', shlex.quote(since)]
     parts += ['--tail', str(int(lines)), shlex.quote(container), '2>&1']
     return ' '.join(parts)
 
 
-def key_lines_command(container, become=False):
+def key_lines_command(container):
     """The registration/readiness lines of the whole log (first look at a container)."""
     needles = ' '.join('-e %s' % shlex.quote(n) for n in KEY_LINE_NEEDLES)
-    return '%s logs --timestamps %s 2>&1 | grep -a -F %s | tail -n %d' % (
-        _docker(become), shlex.quote(container), needles, KEY_LINES_MAX)
+    return 'docker logs --timestamps %s 2>&1 | grep -a -F %s | tail -n %d' % (
+        shlex.quote(container), needles, KEY_LINES_MAX)
 
 
 def parse_inspect(rc, stdout, stderr=''):
@@ -73,7 +69,7 @@ def parse_inspect(rc, stdout, stderr=''):
     Returns {exists, state, running, exit_code, restart_count, started_at,
     finished_at, oom_killed, error, id, name, image, problem}; problem is None,
     'missing' or 'docker_error' (docker unusable: not installed, no permission,
-    sudo needs a password).
+    become failed, e.g. sudo needs a password).
     """
     out = {'exists': False, 'state': None, 'running': False, 'exit_code': None, 'restart_count': None,
            'started_at': None, 'finished_at': None, 'oom_killed': None, 'error': None, 'id': None, 'name': None,

@@ -5,6 +5,7 @@ no half-started group. The serving image here is the lab SIMULATOR, not vLLM."""
 import json
 import pathlib
 import shutil
+import subprocess
 
 import pytest
 import yaml
@@ -57,6 +58,27 @@ def test_status_playbook_reports_a_serving_group():
     rc, out = playbook("status.yml")
     assert rc == 0, out
     assert out.count("state: running") == 2, out
+
+
+def test_a_member_whose_sudo_asks_for_a_password_is_named():
+    """tp_ranks reaches every member with the task's become, through a become plugin of that member (issue #25): a
+    worker whose sudo now asks for a password is named with the fix, not called unreachable. The sudoers file is
+    changed and put back with `docker exec`, since sudo over SSH is what breaks."""
+    def sudoers(script):
+        subprocess.run(["docker", "exec", "spark-worker", "sh", "-c", script], check=True, timeout=60)
+
+    sudoers("cp /etc/sudoers.d/spark /root/spark.sudoers && echo 'spark ALL=(ALL:ALL) ALL' > /etc/sudoers.d/spark")
+    try:
+        rc, out = playbook("verify.yml")
+    finally:
+        sudoers("cp /root/spark.sudoers /etc/sudoers.d/spark")
+    assert rc != 0, out
+    assert "docker inspect dspark-vllm on spark-worker failed: Missing sudo password" in out, out
+    assert "passwordless sudo on spark-worker" in out.replace("\n", " ").replace("  ", " "), out
+    assert "could not be reached" not in out, out
+    # Put back, the group is proven again (verify changes nothing).
+    rc, out = playbook("verify.yml")
+    assert rc == 0, out
 
 
 def test_logs_playbook_saves_every_rank(tmp_path):

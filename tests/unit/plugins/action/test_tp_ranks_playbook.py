@@ -1,7 +1,8 @@
 """tp_ranks under ansible-playbook: the real TaskExecutor, member connections and the tp_api_probe module on the head.
 
 Two members on the `local` connection plugin, a fake `docker` CLI on PATH answering from fixture logs, a fake vLLM
-API on the loopback, and a play with `become: true` (the probe module must not become; there is no sudo here).
+API on the loopback, and a play with `become: true` through the tests' become plugin `fake_root` (no sudo here): each
+member's docker commands must run under the task's become with that member's own become user.
 Runs with the ansible-playbook of the Python running the tests (so also on another ansible-core's venv).
 """
 
@@ -19,6 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[4]
 FIXTURES = ROOT / "tests" / "unit" / "plugins" / "plugin_utils" / "fixtures" / "vllm"
+BECOME_PLUGINS = ROOT / "tests" / "unit" / "plugins" / "become_plugins"
 SERVED = "deepseek-v4-flash-0731"
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 
@@ -27,6 +29,8 @@ FAKE_DOCKER = r'''#!PYTHON
 import json, os, sys
 args = sys.argv[1:]
 name = args[-1]
+with open(os.path.join(os.environ["FAKE_DOCKER_DIR"], "calls.log"), "a") as calls:
+    calls.write("%s %s %s\n" % (os.environ.get("DSPARK_FAKE_BECAME", "-"), args[0], name))
 path = os.path.join(os.environ["FAKE_DOCKER_DIR"], name + ".log")
 if not os.path.exists(path):
     sys.stderr.write("Error: No such container: %s\n" % name)
@@ -92,13 +96,16 @@ def test_healthy_pair_through_ansible_playbook(tmp_path, api_port):
     common = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "dspark_group": "pair_t",
               "dspark_tensor_parallel_size": 2, "dspark_gpus_per_node": 1, "dspark_api_port": api_port}
     inventory = {"all": {"children": {"pair_t": {"hosts": {"t-head": dict(common, dspark_rank=0),
-                                                           "t-worker": dict(common, dspark_rank=1)}}}}}
+                                                           "t-worker": dict(common, dspark_rank=1,
+                                                                            ansible_become_user="op2")}}}}}
     (tmp_path / "hosts.json").write_text(json.dumps(inventory))
     out = tmp_path / "result.json"
     (tmp_path / "play.yml").write_text(textwrap.dedent("""\
         - hosts: t-head
           gather_facts: false
           become: true
+          become_method: fake_root
+          become_user: op1
           tasks:
             - dspark.cluster.tp_ranks:
                 group: pair_t
@@ -116,7 +123,7 @@ def test_healthy_pair_through_ansible_playbook(tmp_path, api_port):
         """ % (SERVED, out)))
     env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ.get("PATH", "")), FAKE_DOCKER_DIR=str(logs),
                ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
-               ANSIBLE_REMOTE_TMP=str(tmp_path / "rtmp"))
+               ANSIBLE_REMOTE_TMP=str(tmp_path / "rtmp"), ANSIBLE_BECOME_PLUGINS=str(BECOME_PLUGINS))
     proc = subprocess.run([str(PLAYBOOK_BIN), "-i", str(tmp_path / "hosts.json"), str(tmp_path / "play.yml")],
                           cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=240, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -131,3 +138,8 @@ def test_healthy_pair_through_ansible_playbook(tmp_path, api_port):
     # The probe module ran on the head's loopback with the key, once generating; the key is never in the result.
     assert [s for s in Api.seen if s[0] == "POST"] == [("POST", "/v1/chat/completions", "Bearer s3cret")]
     assert "s3cret" not in out.read_text() and "s3cret" not in proc.stdout
+    # Every docker command ran under the task's become, with each member's own become user (the worker's from its
+    # inventory variables, the head's from the play).
+    calls = set(tuple(line.split()) for line in (logs / "calls.log").read_text().splitlines())
+    assert calls == {("op1", "inspect", "c-head"), ("op1", "logs", "c-head"),
+                     ("op2", "inspect", "c-worker"), ("op2", "logs", "c-worker")}

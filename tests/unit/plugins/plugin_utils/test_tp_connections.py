@@ -14,9 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.parsing.dataloader import DataLoader
 from ansible.playbook.play_context import PlayContext
 from ansible.playbook.task import Task
+from ansible.plugins.loader import become_loader, connection_loader
 from ansible.template import Templar
 
 from ansible_collections.dspark.cluster.plugins.action.tp_ranks import ActionModule
@@ -27,20 +29,37 @@ from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_connections imp
 HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tp_connections_run_module.py")
 
 
-class OwnConnection:
-    """The task's own connection (the delegated-to head): records what it was asked to run."""
+# A become plugin of the tests (tests/unit/plugins/become_plugins/fake_root.py), loaded through become_loader like any
+# other: it marks the command with its become user instead of changing user.
+BECOME_PLUGINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "become_plugins")
 
-    def __init__(self):
-        self.commands = []
 
-    def exec_command(self, cmd, in_data=None, sudoable=True):
-        self.commands.append((cmd, in_data, sudoable))
+@pytest.fixture(scope="module")
+def fake_become():
+    become_loader.add_directory(os.path.abspath(BECOME_PLUGINS))
+    return "fake_root"
+
+
+def OwnConnection(become=None):
+    """The task's own connection (the delegated-to head): a real `local` connection that records what it was asked
+    to run and answers "own"."""
+    conn = connection_loader.get("local", PlayContext())
+    conn.set_become_plugin(become)
+    conn.commands = []
+
+    def exec_command(cmd, in_data=None, sudoable=True):
+        conn.commands.append((cmd, in_data, sudoable))
         return 0, b"own\n", b""
 
+    conn.exec_command = exec_command
+    return conn
 
-def make_action(own):
+
+def make_action(own, become=False, become_method="sudo"):
     task = Task()
     task.args = {}
+    task.become = become
+    task.become_method = become_method
     return ActionModule(task, own, PlayContext(), loader=DataLoader(), templar=Templar(loader=DataLoader()),
                         shared_loader_obj=None)
 
@@ -168,7 +187,7 @@ def test_module_vars_are_kept_per_member_for_a_delegated_task():
     assert members._vars_for_module("m-head") is found
 
 
-def test_run_module_never_becomes(monkeypatch):
+def test_run_module_never_becomes(monkeypatch, fake_become):
     seen = []
 
     def execute(runner, module_name=None, module_args=None, task_vars=None):
@@ -177,20 +196,91 @@ def test_run_module_never_becomes(monkeypatch):
 
     monkeypatch.setattr(_tp_connections._ModuleRunner, "_execute_module", execute)
     own = OwnConnection()
-    action = make_action(own)
-    members = MemberConnections(action, module_hostvars(), own_host="m-head")
+    action = make_action(own, become=True, become_method=fake_become)
+    hvars = dict(module_hostvars(), **{"m-worker": {"inventory_hostname": "m-worker", "ansible_connection": "local",
+                                                    "ansible_become_user": "op2"}})
+    members = MemberConnections(action, hvars, own_host="m-head")
     try:
         # A no_log task's own connection without become is used as it is; the interpreter fact is not the task host's.
         action._play_context.no_log = True
         assert members.run_module("m-head", "ansible.legacy.ping", {}) == {"changed": False, "ping": "pong"}
-        own.become = object()       # the play becomes: the module gets a connection of its own, without become
-        members.run_module("m-head", "ansible.legacy.ping", {"data": "x"})
+        # Another member: its commands become, its modules run on a connection of their own without become.
+        assert members.get("m-worker").become.get_option("become_user") == "op2"
+        members.run_module("m-worker", "ansible.legacy.ping", {"data": "x"})
+    finally:
+        members.close()
+    # A task's own connection that becomes: the module gets a connection of its own, without become.
+    own.set_become_plugin(become_loader.get(fake_become))
+    members = MemberConnections(action, hvars, own_host="m-head")
+    try:
+        members.run_module("m-head", "ansible.legacy.ping", {})
     finally:
         members.close()
     assert seen[0][0] is own and seen[0][1] is False
-    assert seen[1][0] is not own and seen[1][0].become is None and seen[1][1] is False
+    assert seen[1][0] is not members.get("m-worker") and seen[1][0].become is None and seen[1][1] is False
     assert seen[1][2:] == ("ansible.legacy.ping", {"data": "x"})
+    assert seen[2][0] is not own and seen[2][0].become is None and seen[2][1] is False
     assert own.commands == []
+
+
+def test_each_member_gets_the_tasks_become_with_its_own_settings(fake_become):
+    action = make_action(OwnConnection(), become=True, become_method="sudo")
+    hvars = hostvars()
+    hvars["m-worker"].update(ansible_become_user="op2", ansible_become_method=fake_become)
+    hvars["m-smart"]["ansible_become"] = False
+    members = MemberConnections(action, hvars, own_host="elsewhere")
+    try:
+        head = members.get("m-head").become
+        assert head.name == "sudo" and head.get_option("become_user") == "root"
+        worker = members.get("m-worker").become
+        assert worker.name == fake_become and worker.get_option("become_user") == "op2"
+        # A member's ansible_become wins over the task's keyword, as for a delegated host.
+        assert members.get("m-smart").become is None
+    finally:
+        members.close()
+    # A task without become leaves every member without, unless the member's ansible_become asks for it.
+    action = make_action(OwnConnection())
+    hvars = hostvars()
+    hvars["m-worker"]["ansible_become"] = "yes"
+    members = MemberConnections(action, hvars, own_host="elsewhere")
+    try:
+        assert members.get("m-head").become is None and members.get("m-worker").become.name == "sudo"
+    finally:
+        members.close()
+
+
+def test_commands_run_under_the_members_become(fake_become):
+    action = make_action(OwnConnection(), become=True, become_method=fake_become)
+    hvars = hostvars()
+    hvars["m-head"]["ansible_become_user"] = "op1"      # not root: ActionBase skips become to the connection's user
+    hvars["m-worker"]["ansible_become_user"] = "op2"
+    action._members = MemberConnections(action, hvars, own_host="elsewhere")
+    try:
+        # The success marker the become plugin prints is gone from what the caller reads.
+        assert action._run_on("m-head", "echo \"$DSPARK_FAKE_BECAME\"") == (0, "op1\n", "")
+        assert action._run_on("m-worker", "echo \"$DSPARK_FAKE_BECAME\" | tr a-z A-Z") == (0, "OP2\n", "")
+        assert action._run_on("m-worker", "cat", in_data="stdin") == (0, "stdin", "")
+    finally:
+        action._members.close()
+
+
+def test_a_failed_become_is_a_command_failure_and_a_lost_connection_unreachable(monkeypatch):
+    action = make_action(OwnConnection())
+    action._members = MemberConnections(action, hostvars(), own_host="elsewhere")
+    raised = []
+
+    def low_level(runner, cmd, sudoable=True, in_data=None, encoding_errors=None):
+        raise raised[-1]
+
+    monkeypatch.setattr(_tp_connections._ModuleRunner, "_low_level_execute_command", low_level)
+    # What the ssh plugin raises when sudo asks for a password nobody gave: docker unusable there (rc 1), and the
+    # diagnosis asks for passwordless sudo or the become password.
+    raised.append(AnsibleError("Missing sudo password"))
+    assert action._run_on("m-worker", "docker ps") == (1, "", "Missing sudo password")
+    raised.append(AnsibleConnectionFailure("Failed to connect to the host via ssh: No route to host"))
+    rc, dummy, err = action._run_on("m-worker", "docker ps")
+    assert rc is None and "No route to host" in err
+    action._members.close()
 
 
 def test_connections_built_here_censor_their_vvv_trace():
@@ -209,13 +299,17 @@ def test_connections_built_here_censor_their_vvv_trace():
     assert action._play_context.no_log is False     # the task's own context is left as it was
 
 
-def test_own_host_uses_a_no_log_task_connection_without_sudoable():
-    own = OwnConnection()
-    action = make_action(own)
+def test_own_host_uses_a_no_log_task_connection_with_its_become(fake_become):
+    become = become_loader.get(fake_become)
+    become.set_options(var_options={"ansible_become_user": "op3"})
+    own = OwnConnection(become)
+    action = make_action(own, become=True, become_method=fake_become)
     action._play_context.no_log = True
     action._members = MemberConnections(action, hostvars(), own_host="m-head")
     assert action._run_on("m-head", "docker ps") == (0, "own\n", "")
-    assert own.commands == [("docker ps", None, False)]
+    [(cmd, in_data, sudoable)] = own.commands
+    # The command TaskExecutor's connection ran: wrapped by the task's become plugin, marked sudoable.
+    assert "DSPARK_FAKE_BECAME=op3" in cmd and "docker ps" in cmd and in_data is None and sudoable is True
 
 
 def test_smart_member_gets_an_ssh_connection_with_its_own_variables():
@@ -247,19 +341,19 @@ def test_local_member_sees_the_environment():
     assert rc == 0 and int(out) != os.getpid()
 
 
-def test_connection_var_options_takes_the_plugins_own_variables_and_its_extras():
+def test_plugin_var_options_takes_the_plugins_own_variables_and_its_extras():
     class Extras:
         allow_extras = True
         extras_prefix = "ssh"
 
     member = {"ansible_host": "192.0.2.7", "ansible_port": 2222, "dspark_rank": 1, "ansible_ssh_custom": "x",
               "ansible_ssh_port": 22}
-    options = _tp_connections.connection_var_options(Extras(), {"ansible_host", "ansible_port", "ansible_ssh_port"},
+    options = _tp_connections.plugin_var_options(Extras(), {"ansible_host", "ansible_port", "ansible_ssh_port"},
                                                      member)
     assert options == {"_extras": {"ansible_ssh_custom": "x"}, "ansible_host": "192.0.2.7", "ansible_port": 2222,
                        "ansible_ssh_port": 22}
     # A plugin without extras gets none, and nothing of the member's other variables.
-    assert _tp_connections.connection_var_options(object(), {"ansible_host"}, member) == {
+    assert _tp_connections.plugin_var_options(object(), {"ansible_host"}, member) == {
         "_extras": {}, "ansible_host": "192.0.2.7"}
 
 

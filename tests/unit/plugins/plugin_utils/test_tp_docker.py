@@ -18,13 +18,14 @@ from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_docker a
 
 # --------------------------------------------------------------------------- commands
 
-def test_docker_commands_quote_and_become():
+def test_docker_commands_quote():
     cmd = tp_docker.inspect_command('dspark-vllm')
     argv = shlex.split(cmd)
     assert argv[:5] == ['docker', 'inspect', '--type', 'container', '--format']
     assert argv[5] == tp_docker.INSPECT_FORMAT and argv[6] == 'dspark-vllm'
-    assert shlex.split(tp_docker.logs_command('c 1', 400, None, become=True)) == [
-        'sudo', '-n', 'docker', 'logs', '--timestamps', '--tail', '400', 'c 1', '2>&1']
+    # Plain commands: become is the member connection's (_tp_connections), never a prefix written here.
+    assert shlex.split(tp_docker.logs_command('c 1', 400, None)) == [
+        'docker', 'logs', '--timestamps', '--tail', '400', 'c 1', '2>&1']
     assert shlex.split(tp_docker.logs_command('c', 40, '2026-11-29T18:40:01.5Z')) == [
         'docker', 'logs', '--timestamps', '--since', '2026-11-29T18:40:01.5Z', '--tail', '40', 'c', '2>&1']
     key = shlex.split(tp_docker.key_lines_command('c'))
