@@ -71,10 +71,11 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _nfs_plan
 
-
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def checkpoint_nfs_fix(result, kind, source, export_dir="", group="", address="", source_address="", model_dir=""):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _nfs_plan
     result = result if isinstance(result, dict) else {}
     if kind == "mount":
         return _nfs_plan.mount_fix(result.get("stdout"), result.get("rc", 0), source, export_dir, group, address, source_address)

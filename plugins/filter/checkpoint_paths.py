@@ -59,10 +59,11 @@ _value:
     nfs_export_rank: {description: The rank that exports it over NFS., type: int}
 """
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _checkpoint_paths
 
-
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def checkpoint_paths(model, revision, manifest_dir=None, source_rank=None, nfs_export_rank=None):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _checkpoint_paths
     return _checkpoint_paths.paths(model, revision, manifest_dir, source_rank, nfs_export_rank)
 
 

@@ -44,10 +44,11 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _dockerd_drift
 
-
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def dockerd_restart_reason(show_text, stat_results):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _dockerd_drift
     try:
         return _dockerd_drift.restart_reason(show_text, _dockerd_drift.from_stat_results(stat_results))
     except ValueError as exc:

@@ -54,11 +54,12 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _group_model
 
-
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def _published(hostvars, inputs, wanted):
     """{fact: {host: its value}} of what the peers or members published with set_fact (None where they did not)."""
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model
     out = {}
     for name, whose in wanted:
         hosts = inputs["model"]["peers"] if whose == "peers" else inputs["model"]["members"]
@@ -67,6 +68,7 @@ def _published(hostvars, inputs, wanted):
 
 
 def fabric_plan(inputs, phase, hostvars=None):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan
     if phase not in _fabric_plan.PHASES:
         raise AnsibleFilterError("dspark.cluster.fabric_plan: unknown phase %r (one of %s)" % (
             phase, ", ".join(sorted(_fabric_plan.PHASES))))

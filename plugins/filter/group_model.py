@@ -65,10 +65,11 @@ _value:
     peers: {description: The members other than that host, in rank order., type: list, elements: str}
 """
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model
 
-
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def group_model(hostvars, groups, group, host=None):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model
     return _group_model.group_model(group, groups, hostvars, host)
 
 

@@ -85,10 +85,11 @@ _value:
       type: str
 """
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _monitoring_plan
 
-
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def monitoring_plan(hostvars, groups, settings, host):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _monitoring_plan
     return _monitoring_plan.host_plan(groups, hostvars, settings, host)
 
 

@@ -61,10 +61,11 @@ _value:
   elements: str
 """
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _findings, _nfs_plan
 
-
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def nfs_export_problems(where, clients, cidr, bind_address, peer_addresses=()):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _findings, _nfs_plan
     return [_findings.message(*found) for found in _nfs_plan.problems(where, clients, cidr, bind_address, peer_addresses or ())]
 
 

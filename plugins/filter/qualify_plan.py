@@ -44,14 +44,16 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _qualify_plan
 
 _PARTS = ("disks", "links", "read_interfaces", "ping_interfaces", "unaddressed", "ports", "addressed", "peers",
           "fabric_checks", "group_checks", "failures", "result", "rdma_port", "gid_checks", "bandwidth_floor",
           "bandwidth_checks", "bandwidth_plan", "bandwidth_peer", "rdma_skip", "manifest_bytes", "gpu_checks")
 
 
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def qualify_plan(value, part):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _qualify_plan
     if part not in _PARTS:
         raise AnsibleFilterError("dspark.cluster.qualify_plan: unknown part %r" % (part,))
     return getattr(_qualify_plan, part)(value)

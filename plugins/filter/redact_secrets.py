@@ -49,10 +49,11 @@ _value:
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.text.converters import to_text
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils.redact import redact
 
-
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def redact_secrets(text, secrets=None):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils.redact import redact
     if text is None:
         return ''
     if secrets is None:

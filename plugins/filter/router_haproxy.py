@@ -43,10 +43,11 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _router_plan
 
-
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def router_haproxy(settings, plan):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _router_plan
     try:
         return _router_plan.haproxy(settings, plan)
     except (KeyError, TypeError, ValueError) as err:

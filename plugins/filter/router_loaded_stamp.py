@@ -41,10 +41,11 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _router_drift
 
-
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def router_loaded_stamp(stat_results):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _router_drift
     try:
         return _router_drift.stamp(stat_results)
     except ValueError as exc:

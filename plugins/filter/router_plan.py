@@ -64,10 +64,11 @@ _value:
       type: str
 """
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _router_plan
 
-
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def router_plan(hostvars, groups, router_groups=None, served_model_name=""):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _router_plan
     return _router_plan.plan(groups, hostvars, router_groups, served_model_name or "")
 
 

@@ -43,10 +43,11 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_command
 
-
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def serve_command(values, group):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_command
     try:
         return _serve_command.command(values, group)
     except _serve_command.CommandError as error:

@@ -62,9 +62,9 @@ _value:
   type: dict
 """
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_firewall
 
-
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def _router_address(router):
     """A router host's vars (as hostvars gives them) -> its management address, as the router role reads it."""
     if isinstance(router, str):
@@ -73,6 +73,7 @@ def _router_address(router):
 
 
 def serve_firewall(model, api_allowed_cidrs=None, ssh_ports=(22,), routers=(), fabric_interfaces=None):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_firewall
     return _serve_firewall.plan(model, api_allowed_cidrs or [], ssh_ports, [_router_address(r) for r in routers or []],
                                 fabric_interfaces=fabric_interfaces)
 

@@ -63,11 +63,15 @@ _value:
       type: str
 """
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils._supervisor_unit import unit
+def supervisor_unit(*args, **kwargs):
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _supervisor_unit
+    return _supervisor_unit.unit(*args, **kwargs)
 
 
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 class FilterModule:
     """dspark.cluster.supervisor_unit."""
 
     def filters(self):
-        return {"supervisor_unit": unit}
+        return {"supervisor_unit": supervisor_unit}
