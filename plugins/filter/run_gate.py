@@ -55,6 +55,9 @@ _value:
   elements: str
 """
 
+
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def run_gate(*args, **kwargs):
     from ansible_collections.dspark.cluster.plugins.plugin_utils import inventory_rules
     return inventory_rules.run_gate(*args, **kwargs)

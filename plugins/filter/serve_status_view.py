@@ -59,6 +59,9 @@ _value:
   type: dict
 """
 
+
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def serve_status_view(*args, **kwargs):
     from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_status
     return _serve_status.view(*args, **kwargs)

@@ -63,6 +63,9 @@ _value:
       type: str
 """
 
+
+# The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads
+# every filter file that sorts before it, in every forked worker (docs/design-fleet.md, controller cost).
 def supervisor_unit(*args, **kwargs):
     from ansible_collections.dspark.cluster.plugins.plugin_utils import _supervisor_unit
     return _supervisor_unit.unit(*args, **kwargs)

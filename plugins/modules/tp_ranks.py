@@ -41,10 +41,10 @@ description:
     nodes. Every diagnosis names the rank, the node, the cause and the fix; the last lines of each rank's log are
     returned on failure.
   - Other members than the host the task runs on (or is delegated to) are reached with their own inventory
-    connection variables, the way Ansible connects to a delegated host. The task's C(become) applies to every member
-    (the C(docker) commands and the probe module): a member's own C(ansible_become), C(ansible_become_method),
-    C(ansible_become_user) and password variables are honoured, as for a delegated host. Without become the
-    connection user must be in the C(docker) group.
+    connection variables, the way Ansible connects to a delegated host. The task's C(become) applies to the C(docker)
+    commands on every member, with that member's own C(ansible_become), C(ansible_become_method),
+    C(ansible_become_user) and password variables, as for a delegated host; without become the connection user must be
+    in the C(docker) group. The probe module never becomes (it needs no privilege).
 author:
   - dspark.cluster contributors (@dspark)
 options:

@@ -231,8 +231,9 @@ class MemberConnections:
     def run_module(self, host, module_name, module_args):
         """Run a module on ``host`` (never with become); its result, or {unreachable, msg} when it could not run."""
         try:
-            result = self._runner(host, for_module=True)._execute_module(module_name=module_name, module_args=dict(module_args),
-                                                        task_vars=self._vars_for_module(host))
+            runner = self._runner(host, for_module=True)
+            result = runner._execute_module(module_name=module_name, module_args=dict(module_args),
+                                            task_vars=self._vars_for_module(host))
         except AnsibleError as exc:
             return {"unreachable": True, "failed": True, "msg": to_text(exc)}
         result.pop("ansible_facts", None)       # discovered interpreter of another host: not the task host's fact

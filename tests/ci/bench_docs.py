@@ -136,6 +136,27 @@ BENCHMARKS = {
                     ("all runs: shards", "device_runs.*.shards"), ("all runs: streams", "device_runs.*.streams"),
                     ("all runs: parallel / plain", "device_runs.*.throughput_ratio")],
     },
+    "controller_cost.json": {
+        "title": "Controller cost per host",
+        "script": "bench/bench_controller_cost.py",
+        "measures": "The controller's CPU-seconds (ansible-playbook, its forks, ssh and the ssh ControlMaster "
+                    "processes) for a no-op `site.yml` and for a forced restart of every group, on the SIMULATED "
+                    "lab pair and fleet lab; per host and per host-task, and a projection to 100 groups of two "
+                    "nodes (docs/fleet.md, one controller for 100 groups).",
+        "numbers": [("pair: no-op CPU (s)", "pair.noop.cpu_s"), ("pair: no-op wall (s)", "pair.noop.wall_s"),
+                    ("pair: CPU per host (s)", "pair.noop.cpu_s_per_host"),
+                    ("pair: CPU per host-task (ms)", "pair.noop.cpu_ms_per_host_task"),
+                    ("pair: forced CPU (s)", "pair.forced.cpu_s"),
+                    ("fleet: hosts", "fleet.noop.hosts"), ("fleet: no-op CPU (s)", "fleet.noop.cpu_s"),
+                    ("fleet: no-op wall (s)", "fleet.noop.wall_s"),
+                    ("fleet: CPU per host (s)", "fleet.noop.cpu_s_per_host"),
+                    ("fleet: forced CPU (s)", "fleet.forced.cpu_s"),
+                    ("no-op wall: fleet / pair", "noop_wall_ratio_fleet_over_pair"),
+                    ("100 groups: CPU per extra host (s)", "projection.cpu_s_per_extra_host"),
+                    ("100 groups, one playbook: CPU (s)", "projection.one_playbook_cpu_s"),
+                    ("100 groups, one playbook: least wall on 16 cores (s)",
+                     "projection.one_playbook_wall_s_min.16_cores")],
+    },
     "fleet_scale.json": {
         "title": "Fleet scale",
         "script": "bench/bench_fleet.py",

@@ -7,7 +7,6 @@ Needs the fleet lab up and serving (`make lab-fleet`, then site.yml); the lab is
 (`make supervisortest`). Every test leaves its group serving again (serve.yml --limit <group>).
 """
 
-import json
 import time
 
 import pytest
@@ -68,7 +67,12 @@ def test_a_killed_worker_rank_is_restored_by_watch(state):
     assert drain["ok"] and enable["ok"], (drain, enable)
     assert in_rotation()
     assert check["ok"] is False and check["summary"], check
-    assert WORKER in json.dumps(check), check                    # the journal says which rank broke it
+    # Root cause first (issue #29): the killed worker leads the summary, the head's errors are its consequences.
+    assert check["summary"].startswith("rank 1 on %s failed first (container exit code 137" % WORKER), check
+    first = [d for d in check["diagnosis"] if d.get("first_failure")]
+    assert [(d["rank"], d["node"], d.get("exit_code")) for d in first][:1] == [(1, WORKER, 137)], check
+    assert all(d.get("consequence_of") is not None for d in check["diagnosis"]
+               if d.get("node") != WORKER and d.get("severity") == "fatal"), check
     assert logs["ok"] and restart["ok"] and restart["attempt"] == 1 and restart["because"] == check["summary"]
     assert rank_state(WORKER)[0] == "running"
     ok, text = chat(GROUP)

@@ -349,7 +349,7 @@ def test_plugin_var_options_takes_the_plugins_own_variables_and_its_extras():
     member = {"ansible_host": "192.0.2.7", "ansible_port": 2222, "dspark_rank": 1, "ansible_ssh_custom": "x",
               "ansible_ssh_port": 22}
     options = _tp_connections.plugin_var_options(Extras(), {"ansible_host", "ansible_port", "ansible_ssh_port"},
-                                                     member)
+                                                 member)
     assert options == {"_extras": {"ansible_ssh_custom": "x"}, "ansible_host": "192.0.2.7", "ansible_port": 2222,
                        "ansible_ssh_port": 22}
     # A plugin without extras gets none, and nothing of the member's other variables.
