@@ -16,13 +16,12 @@ The lab nodes are containers on this machine: their own CPU is not the controlle
 import math
 import os
 import pathlib
-import re
 import resource
 import subprocess
 import sys
 import time
 
-from benchlib import stamp, write_result
+from benchlib import recap as read_recap, stamp, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = pathlib.Path(sys.executable).parent
@@ -46,7 +45,6 @@ PROJECT_GROUPS = 100
 PROJECT_NODES = 200
 # Goals of issue #29 (the no-op fleet run over the pair's), kept with the numbers they judge.
 GOAL_NOOP_RATIO = 1.5
-RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)", re.M)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -88,13 +86,13 @@ def run(inventory, extra=None):
     if proc.returncode != 0:
         sys.exit("site.yml on %s failed (rc=%d):\n%s"
                  % (inventory, proc.returncode, (proc.stdout + proc.stderr)[-4000:]))
-    recap = {m.group(1): [int(g) for g in m.groups()[1:]] for m in RECAP.finditer(proc.stdout)}
+    recap = read_recap(proc.stdout)
     remote = sorted(h for h in recap if h != "localhost")
     # Host-tasks: every task result of a remote host (ok counts changed ones too), skipped ones included: each is
     # a templated condition and a callback on the controller.
-    host_tasks = sum(recap[h][0] + recap[h][3] + recap[h][4] for h in remote)
+    host_tasks = sum(recap[h]["ok"] + recap[h]["failed"] + recap[h]["skipped"] for h in remote)
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu + mux, 1), "ssh_mux_cpu_s": round(mux, 1),
-            "hosts": len(remote), "host_tasks": host_tasks, "changed": sum(recap[h][1] for h in remote)}
+            "hosts": len(remote), "host_tasks": host_tasks, "changed": sum(recap[h]["changed"] for h in remote)}
 
 
 def median_run(inventory, extra=None, runs=RUNS):

@@ -5,18 +5,16 @@ Converges once (not timed), then times RUNS further runs and records wall time a
 
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import time
 
-from benchlib import stamp, write_result
+from benchlib import recap as read_recap, stamp, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "site_noop.json"
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 GOAL_SECONDS = 60.0
-RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
 def playbook():
@@ -26,8 +24,7 @@ def playbook():
     elapsed = time.monotonic() - started
     if run.returncode != 0:
         sys.exit("site.yml failed (rc=%d):\n%s" % (run.returncode, run.stdout[-3000:] + run.stderr[-3000:]))
-    recap = {m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3))} for m in RECAP.finditer(run.stdout)}
-    return elapsed, recap
+    return elapsed, read_recap(run.stdout)
 
 
 def main():

@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import subprocess
 import time
 
@@ -21,6 +22,15 @@ def stamp():
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                             check=False).stdout.strip()
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(), "git_commit": commit}
+
+
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)", re.M)
+RECAP_FIELDS = ("ok", "changed", "unreachable", "failed", "skipped")
+
+
+def recap(stdout):
+    """An ansible-playbook PLAY RECAP as {host: {ok, changed, unreachable, failed, skipped}} (ok counts changed too)."""
+    return {m.group(1): dict(zip(RECAP_FIELDS, (int(g) for g in m.groups()[1:]))) for m in RECAP.finditer(stdout)}
 
 
 def write_result(path, result):
