@@ -82,6 +82,8 @@ def main():
         print("bench_router_roll: SKIPPED: %s" % problem)
         return 1 if os.environ.get("BENCH_REQUIRED") == "1" else 0
 
+    if LAB_NAME == "fleet":                                             # the fleet lab's key, from its inventory
+        LAB["load"]["api_key"] = lab.api_key()
     started = time.monotonic()
     steady_records, steady = loadclient.run_load(LAB["url"], int(RATE * STEADY_SECONDS), RATE, **LAB["load"])
     steady_seconds = time.monotonic() - started

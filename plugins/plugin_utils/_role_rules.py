@@ -149,8 +149,14 @@ def _export_clients(member):
     return [member.group.address(h) for h in member.group.ordered if h != server and member.group.address(h)]
 
 
+def _controller_trust_dir(dummy_member):
+    from ansible import constants  # pylint: disable=import-outside-toplevel  (the controller's configuration)
+    return "%s/dspark/checkpoint-trust" % constants.config.get_config_value("ANSIBLE_HOME")
+
+
 # Role defaults that are templates (roles/*/defaults/main.yml): what they render to, in Python.
 _DERIVED = {
+    "checkpoint_trust_dir": _controller_trust_dir,
     "nfs_export_rank": _export_rank,
     "nfs_export_clients": _export_clients,
     "serve_image": lambda member: member["dspark_image"],
@@ -337,6 +343,19 @@ def _checkpoint_manifest_dir(member):
         return [("checkpoint_manifest_dir", value, "is inside dspark_hf_cache=%s (a read-only NFS mount on the clients, a copy "
                  "target in SCP mode)" % member["dspark_hf_cache"], "choose a directory outside the Hugging Face cache, "
                  "e.g. /var/lib/dspark/checkpoint")]
+    return []
+
+
+@rule("checkpoint.trust_dir", ["checkpoint_trust_dir"])
+def _checkpoint_trust_dir(member):
+    """checkpoint_trust_dir is "" (no records) or an absolute directory on the controller."""
+    value = member["checkpoint_trust_dir"]
+    if value == "":
+        return []
+    found = _inputs.absolute_path_problem(value, "/home/ops/.ansible/dspark/checkpoint-trust")
+    if found or str(value).strip("/") == "":
+        return [("checkpoint_trust_dir", value) + (found or ("is / itself", "set a directory of the controller's, e.g. "
+                                                             "/home/ops/.ansible/dspark/checkpoint-trust, or \"\" for none"))]
     return []
 
 

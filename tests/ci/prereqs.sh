@@ -79,6 +79,8 @@ check() {
   # The monitoring role's alert rules and configuration are tested with promtool (skipped without it).
   need prometheus promtool
   need prometheus-alertmanager amtool
+  # The fleet lab captures the router's health checks on the management bridge (tests/fleet/test_router.py).
+  need tcpdump tcpdump
 }
 
 check

@@ -16,6 +16,8 @@ import time
 
 import yaml
 
+import routerlab
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FLEET = ROOT / "inventories" / "lab-fleet"
 INVENTORY = FLEET / "hosts.yml"
@@ -62,20 +64,25 @@ def container_id(host):
     return out.strip() if rc == 0 else None
 
 
+# The key comes on stdin (never on a command line).
 CHAT = r"""
 import json, sys, urllib.request
+key = sys.stdin.readline().strip()
 body = json.dumps({"model": sys.argv[1], "max_tokens": 8,
                    "messages": [{"role": "user", "content": "Say OK"}]}).encode()
-req = urllib.request.Request("http://127.0.0.1:%s/v1/chat/completions" % sys.argv[2], data=body,
-                             headers={"Content-Type": "application/json"})
+headers = {"Content-Type": "application/json"}
+if key:
+    headers["Authorization"] = "Bearer " + key
+req = urllib.request.Request("http://127.0.0.1:%s/v1/chat/completions" % sys.argv[2], data=body, headers=headers)
 print(json.load(urllib.request.urlopen(req, timeout=20))["choices"][0]["message"]["content"])
 """
 
 
 def chat(group, port=8888):
-    """A real chat completion from the group's head API: (ok, text)."""
-    proc = subprocess.run(["docker", "exec", "-i", HEADS[group], "python3", "-", MODEL, str(port)], input=CHAT,
-                          capture_output=True, text=True, timeout=60, check=False)
+    """A real chat completion from the group's head API (with the fleet's key): (ok, text)."""
+    proc = subprocess.run(["docker", "exec", "-i", HEADS[group], "python3", "-c", CHAT, MODEL, str(port)],
+                          input=(routerlab.api_key() or "") + "\n", capture_output=True, text=True, timeout=60,
+                          check=False)
     return proc.returncode == 0 and proc.stdout.strip() != "", (proc.stdout + proc.stderr).strip()
 
 

@@ -9,6 +9,7 @@ Stdlib only (the benchmark runs it with the system python3). Playbooks run with 
 admin socket and parsed by the collection's plugins/module_utils/haproxy_stat.py.
 """
 
+import functools
 import importlib.util
 import json
 import os
@@ -120,6 +121,23 @@ def heads():
     return {n["group"]: n["name"] for n in labspec.spec_for(INVENTORY)["nodes"] if n["rank"] == 0}
 
 
+@functools.lru_cache(maxsize=None)
+def api_key(inventory=INVENTORY):
+    """The fleet's API key (serve_api_key of its heads, one for the whole fleet: the router passes the client's header
+    through to whichever group serves it), or None for an open fleet. Read with ansible-inventory, as labspec does."""
+    hostvars = labspec.load_inventory(inventory)["_meta"]["hostvars"]
+    keys = {hostvars.get(head, {}).get("serve_api_key") or None for head in heads().values()}
+    if len(keys) != 1:
+        raise AssertionError("the lab's heads do not share one serve_api_key (%d different ones)" % len(keys))
+    return keys.pop()
+
+
+def bearer(key=None):
+    """Request headers carrying the fleet's key ({} for an open fleet)."""
+    key = api_key() if key is None else key
+    return {"Authorization": "Bearer " + key} if key else {}
+
+
 def fleet_problem():
     """None when the fleet lab and its router are up and every group is in rotation, else the reason."""
     status = subprocess.run(["bash", str(ROOT / "lab" / "lab.sh"), "status", "-i", INVENTORY], capture_output=True,
@@ -130,7 +148,8 @@ def fleet_problem():
     if ROUTER not in status.stdout:
         return "the fleet lab has no %s (an older lab): bash lab/lab.sh up -i %s" % (ROUTER, INVENTORY)
     try:
-        with urllib.request.urlopen(ROUTER_URL + "/v1/models", timeout=10) as resp:
+        request = urllib.request.Request(ROUTER_URL + "/v1/models", headers=bearer())
+        with urllib.request.urlopen(request, timeout=10) as resp:
             models = [m["id"] for m in json.load(resp)["data"]]
     except (OSError, ValueError, KeyError) as err:
         return ("the router does not answer on %s/v1/models (%s): run ansible-playbook -i %s site.yml"

@@ -1,5 +1,6 @@
 """dspark-fleet and plain ansible-playbook on the SIMULATED fleet lab (a pair and a trio): a failure stays
-inside its group, --resume redoes only that group, status shows every group serving, plan changes nothing.
+inside its group, --resume redoes only that group, status shows every group serving, a checkpoint changed on a target
+after its verification is refused at the next start, plan changes nothing.
 
 Runs first of the fleet-lab suites (file order) and converges the fleet for the others. The serving image is
 the lab SIMULATOR, not vLLM; faults are injected through its DSPARK_SIM_* variables.
@@ -7,11 +8,17 @@ the lab SIMULATOR, not vLLM; faults are injected through its DSPARK_SIM_* variab
 
 import pytest
 
-from fleetlab import GPUS, GROUPS, INVENTORY, chat, container_id, docker, faulty_inventory, fleet, playbook, report
+import yaml
+
+from fleetlab import (FLEET, GPUS, GROUPS, INVENTORY, chat, container_id, docker, faulty_inventory, fleet, node, playbook,
+                      report)
 
 NEVER_JOIN = {"DSPARK_SIM_NEVER_JOIN": "1", "DSPARK_SIM_RENDEZVOUS_TIMEOUT": "10"}
 NCCL_ERROR = {"DSPARK_SIM_NCCL_ERROR": "1"}
 STATE = {}
+FACTS = yaml.safe_load((FLEET / "group_vars" / "dspark.yml").read_text())
+SNAPSHOT = "%s/hub/models--%s/snapshots/%s" % (FACTS["dspark_hf_cache"], FACTS["dspark_model"].replace("/", "--"),
+                                               FACTS["dspark_model_revision"])
 
 
 def ids(groups):
@@ -80,6 +87,36 @@ def test_status_shows_every_group_serving():
     assert rc == 0, out[-4000:]
     for group, members in GROUPS.items():
         assert group in out and all(host in out for host in members), out[-3000:]
+
+
+def test_a_checkpoint_changed_after_its_verification_is_refused_at_the_next_start():
+    """Issue #26 point 4 on the fleet lab: on spark-b0 (a copy target: the source is rank 1) one byte of a shard is
+    changed in place (its size kept) and a file is added to the snapshot after the copy was verified. The next start,
+    serve.yml with the restart forced (the supervisor's own command), refuses the whole group and names both files;
+    checkpoint.yml repairs the target, and the group starts again."""
+    shard = "model-00002-of-00004.safetensors"
+    rc, out, err = node("spark-b0", "python3 -c \"f=open('%s/%s','r+b'); f.seek(4096); b=f.read(1); f.seek(4096); "
+                        "f.write(bytes([b[0] ^ 255])); f.close()\" && echo 'import os' > %s/modeling_planted.py"
+                        % (SNAPSHOT, shard, SNAPSHOT))
+    assert rc == 0, out + err
+    try:
+        rc, out = playbook("playbooks/serve.yml", "--limit", "pair_b", "-e", "serve_force_restart=true")
+        assert rc != 0, out[-4000:]
+        flat = " ".join(out.split())
+        assert "serve refuses to start any rank" in flat, flat[-4000:]
+        named = flat[flat.find("spark-b0: %s@" % FACTS["dspark_model"]):]
+        assert "CHANGED SINCE ITS VERIFICATION" in named and shard in named and "modeling_planted.py" in named, \
+            flat[-4000:]
+        assert "spark-b1: %s@" % FACTS["dspark_model"] not in flat     # the source's own files are as verified
+        # Never half a group: both ranks still run as they were, or neither does.
+        assert len({container_id(host) is None for host in GROUPS["pair_b"]}) == 1
+    finally:
+        rc, out = playbook("playbooks/checkpoint.yml", "--limit", "pair_b")
+        assert rc == 0, out[-4000:]
+    rc, out = playbook("playbooks/serve.yml", "--limit", "pair_b", "-e", "serve_force_restart=true")
+    assert rc == 0, out[-4000:]
+    ok, text = chat("pair_b")
+    assert ok, text
 
 
 @pytest.mark.lab_extended  # CI time: docs/design-lab.md

@@ -16,10 +16,14 @@ makes that a failure. Every test leaves every group in rotation. Run: make route
   the kill succeed, and it comes back into rotation once served again.
 """
 
+import http.client
 import json
+import math
 import os
 import socket
 import subprocess
+import tempfile
+import threading
 import time
 
 import pytest
@@ -34,6 +38,7 @@ import routerlab as lab
 REMOVAL_BOUND_SECONDS = 8.0
 RATE = 4.0
 SECRET = "sk-dspark-router-test-do-not-print-3c1f"
+FRONTEND = "dspark_api"                                                # router_frontend_name: its stick table
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -94,20 +99,149 @@ def test_config_holds_no_secret_and_the_socket_is_local():
 
 
 def test_the_health_check_sends_no_key_and_other_paths_stay_at_the_router():
-    """Issue #26: GET /health without Authorization; /metrics is answered 404 by the router; router_api_key is retired."""
+    """Issue #26: GET /health without Authorization; every path outside the OpenAI API is answered 404 by the router,
+    even with the key; router_api_key is retired."""
     on_disk = subprocess.run(["docker", "exec", lab.ROUTER, "grep", "-c", "-e", "Authorization '", "-e", "uri /health ",
                               "/etc/haproxy/haproxy.cfg"], capture_output=True, text=True, timeout=30, check=False)
     assert on_disk.stdout.strip() == "1"                                # the check line, without a key
     servers, waited = lab.wait_router(lambda s: all(x["check_status"] == "L7OK" and x["in_rotation"]
                                                     for x in s.values()), 30)
     assert waited is not None, servers
-    for path in ("/metrics", "/v1/models/../metrics", "/health"):
-        status = subprocess.run(["curl", "-s", "--path-as-is", "-o", "/dev/null", "-w", "%{http_code}",
-                                 lab.ROUTER_URL + path], capture_output=True, text=True, timeout=30, check=False)
-        assert status.stdout == "404", (path, status.stdout)
+    for path in ("/metrics", "/load", "/tokenize", "/detokenize", "/invocations", "/docs", "/openapi.json", "/version",
+                 "/v1/models/../metrics", "/health"):
+        for headers in ({}, lab.bearer()):
+            status, dummy, dummy = call("GET", path, headers)
+            assert status == 404, (path, bool(headers), status)
     run = lab.playbook("router.yml", "-v", "-e", "router_api_key=" + SECRET)
     assert run.rc != 0 and "router_api_key=<not shown: secret> is set, but the router no longer uses it" in run.out
     assert SECRET not in run.out
+
+
+def call(method, path, headers, body=None, conn=None):
+    """(status, headers, body) of one request to the router's published port; `conn` reuses a connection."""
+    own = conn is None
+    conn = conn or http.client.HTTPConnection("127.0.0.1", 18080, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.headers, resp.read()                   # headers: case-insensitive
+    finally:
+        if own:
+            conn.close()
+
+
+def test_the_api_is_closed_without_the_fleets_key():
+    """Issue #26 on the fleet lab: every head holds the key and its firewall lets only the router in; the router
+    passes the client's header through, so no key or a wrong one is refused by the group (401) through the router."""
+    key = lab.api_key()
+    assert key, "the fleet lab runs without an API key (inventories/lab-fleet/group_vars/dspark.yml: serve_api_key)"
+    assert call("GET", "/v1/models", {})[0] == 401
+    assert call("GET", "/v1/models", lab.bearer("x" + key))[0] == 401
+    body = json.dumps({"model": lab.MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Say OK"}]})
+    assert call("POST", "/v1/chat/completions", {"Content-Type": "application/json"}, body)[0] == 401
+    status, dummy, answer = call("POST", "/v1/chat/completions", dict(lab.bearer(), **{"Content-Type": "application/json"}),
+                                 body)
+    assert status == 200 and json.loads(answer)["choices"][0]["message"]["content"], answer[:300]
+    # The head's API is not reachable from this machine (the lab's management gateway, not the router) ...
+    head = lab.heads()["pair_b"]
+    address = {n["name"]: n["mgmt_ip"] for n in lab.labspec.spec_for(lab.INVENTORY)["nodes"]}[head]
+    try:
+        socket.create_connection((address, 8888), timeout=3).close()
+        reached = True
+    except OSError:
+        reached = False
+    assert not reached, "%s:8888 answered this machine past the serve firewall" % address
+    # ... but the router is (the rule that lets it in is the router's own management address).
+    probe = subprocess.run(["docker", "exec", lab.ROUTER, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                            "--max-time", "5", "http://%s:8888/health" % address], capture_output=True, text=True,
+                           timeout=30, check=False)
+    assert probe.stdout == "200", probe
+
+
+def test_a_key_past_its_rate_gets_429_and_other_clients_do_not():
+    """router_key_rate_limit (50 per second): a burst of one key's requests meets 429 with Retry-After; a request
+    without the key is counted apart (by address) and gets the group's 401, not 429; a second later the key works."""
+    results = []
+
+    def burst():
+        conn = http.client.HTTPConnection("127.0.0.1", 18080, timeout=30)
+        try:
+            for dummy in range(40):
+                status, headers, dummy = call("GET", "/v1/models", lab.bearer(), conn=conn)
+                results.append((status, headers.get("Retry-After")))
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=burst) for dummy in range(6)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    seconds = time.monotonic() - started
+    statuses = [s for s, dummy in results]
+    assert len(results) == 240 and set(statuses) <= {200, 429}, sorted(set(statuses))
+    # At most 50 pass in any one second (a rate over 1 s): the burst's seconds, begun and ended, bound them.
+    passed = statuses.count(200)
+    assert statuses.count(429) > 0 and 0 < passed <= 50 * (math.ceil(seconds) + 1), (passed, seconds)
+    assert all(retry == "1" for s, retry in results if s == 429)
+    assert call("GET", "/v1/models", {})[0] == 401                     # another client: not limited by this key
+    time.sleep(2.5)
+    assert call("GET", "/v1/models", lab.bearer())[0] == 200
+
+
+def mgmt_bridge():
+    """The host's end of the fleet lab's management network (a Docker bridge)."""
+    rc, out = fleetlab.docker("network", "inspect", "-f", "{{.Id}}", "dspark-lab-fleet-mgmt")
+    assert rc == 0, out
+    return "br-" + out[:12]
+
+
+def capture(seconds, during=None):
+    """What tcpdump sees of the heads' API port on the management bridge for `seconds` (ASCII payloads)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pcap = os.path.join(tmp, "api.pcap")
+        dump = subprocess.Popen(["tcpdump", "-i", mgmt_bridge(), "-s", "0", "-U", "-w", pcap,  # pylint: disable=consider-using-with
+                                 "tcp port 8888"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)
+        if during:
+            during()
+        time.sleep(seconds)
+        dump.terminate()
+        dump.wait(timeout=30)
+        return subprocess.run(["tcpdump", "-r", pcap, "-A", "-nn"], capture_output=True, text=True, timeout=60,
+                              check=True).stdout
+
+
+def test_the_health_checks_on_the_wire_carry_no_key():
+    """Issue #26: a capture of the router's health checks on the lab's management bridge holds no key. Its
+    control: the same capture holds a client's key once a client sends one (between the router and a head the
+    client's header crosses the management network in clear: docs/design-router-edge.md, the limit)."""
+    key = lab.api_key()
+    quiet = capture(5)
+    assert quiet.count("GET /health HTTP/1.1") >= 4, quiet[-2000:]     # both heads checked, at least twice each
+    assert "authorization" not in quiet.lower() and key not in quiet    # (HAProxy writes header names in lower case)
+    busy = capture(1, during=lambda: call("GET", "/v1/models", lab.bearer()))
+    assert "authorization: bearer " + key.lower() in busy.lower()       # the capture would have seen one
+
+
+def test_no_key_is_left_in_the_routers_logs_files_or_tables():
+    """The leak sweep of the router: after the key passed through it (the tests above), neither its journal, its
+    files nor its stick table (keyed by a hash) hold the key; the heads' engine logs neither."""
+    key = lab.api_key()
+    assert call("GET", "/v1/models", lab.bearer())[0] == 200
+    sweep = subprocess.run(["docker", "exec", lab.ROUTER, "sh", "-c",
+                            "journalctl --no-pager -o cat; cat /var/log/haproxy* 2>/dev/null; "
+                            "grep -r . /etc/haproxy /var/lib/haproxy 2>/dev/null; "
+                            "echo 'show table %s' | socat -t 2 stdio unix-connect:%s" % (FRONTEND, lab.SOCKET)],
+                           capture_output=True, text=True, timeout=120, check=False)
+    seen = sweep.stdout + sweep.stderr
+    assert "GET /v1/models" in seen and "key=" in seen, seen[-2000:]  # the log and the table were read
+    assert key not in seen
+    for head in lab.heads().values():
+        logs = subprocess.run(["docker", "exec", head, "docker", "logs", fleetlab.CONTAINER], capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert logs.returncode == 0 and key not in logs.stdout + logs.stderr, head
 
 
 def test_tls_from_certificate_and_key(tmp_path, all_back):
@@ -122,12 +256,14 @@ def test_tls_from_certificate_and_key(tmp_path, all_back):
         run = lab.playbook("router.yml", "--diff", "-v", "-e", "@" + str(extra))
         assert_ok(run, "router.yml with TLS")
         assert key_marker not in run.out
-        probe = subprocess.run(
-            ["docker", "exec", lab.ROUTER, "sh", "-c",
-             "stat -c '%a %U' /etc/haproxy/dspark-tls/router.pem /etc/haproxy/dspark-tls; "
-             "curl -sk --max-time 10 https://127.0.0.1:8443/v1/models; echo; "
-             "curl -s --max-time 10 -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/v1/models"],
-            capture_output=True, text=True, timeout=60, check=False).stdout.splitlines()
+        probe = subprocess.run(                                         # the key's header from stdin, not argv
+            ["docker", "exec", "-i", lab.ROUTER, "sh", "-c",
+             "head -n1 > /tmp/h; stat -c '%a %U' /etc/haproxy/dspark-tls/router.pem /etc/haproxy/dspark-tls; "
+             "curl -sk --max-time 10 -H @/tmp/h https://127.0.0.1:8443/v1/models; echo; "
+             "curl -s --max-time 10 -H @/tmp/h -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/v1/models; "
+             "rm -f /tmp/h"],
+            input="Authorization: Bearer %s\n" % lab.api_key(), capture_output=True, text=True, timeout=60,
+            check=False).stdout.splitlines()
         assert probe[0] == "600 root" and probe[1] == "700 root"
         assert json.loads(probe[2])["data"][0]["id"] == lab.MODEL
         assert probe[3] == "200"                                        # plain HTTP stays (router_port)
@@ -205,7 +341,7 @@ def test_rolling_reprovision_loses_no_request(all_back, tmp_path):
     # `make realtest-roll`, outside make test); here it would add a qualify run per group to the CI's longest lane.
     groups = lab.serving_groups()
     # The bound: RATE per second for at most 25 minutes; the load is stopped a few seconds after the roll.
-    load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 1500), rate=RATE)
+    load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 1500), rate=RATE, api_key=lab.api_key())
     (rc, out), records = rollcheck.under_load(load, lambda: fleetlab.fleet(
         "reprovision", "-i", lab.INVENTORY, "--rolling", "--no-qualify", "--plain", "--artifacts", tmp_path / "roll",
         "-e", '{"serve_force_restart": true}'))
@@ -221,7 +357,7 @@ def test_rolling_reprovision_loses_no_request(all_back, tmp_path):
 def test_killed_group_is_taken_out_by_the_health_check(all_back):
     victim = "pair_b"
     head = lab.heads()[victim]
-    load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 600), rate=RATE).start()
+    load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 600), rate=RATE, api_key=lab.api_key()).start()
     try:
         time.sleep(5)
         killed_at = time.time()

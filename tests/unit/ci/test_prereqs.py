@@ -28,9 +28,11 @@ PROVIDES = {
     "haproxy": ["haproxy"],
     "prometheus": ["promtool"],
     "prometheus-alertmanager": ["amtool"],
+    "tcpdump": ["tcpdump"],
 }
 LAB = ["docker.io", "debootstrap", "openssh-client", "rsync"]
-TEST_ONLY = ["git", "shellcheck", "make", "qemu-system-x86", "qemu-utils", "nftables", "haproxy", "prometheus", "prometheus-alertmanager"]
+TEST_ONLY = ["git", "shellcheck", "make", "qemu-system-x86", "qemu-utils", "nftables", "haproxy", "prometheus", "prometheus-alertmanager",
+             "tcpdump"]
 APT_INSTALL = ["apt-get", "install", "-y", "-qq", "--no-install-recommends"]
 
 

@@ -1,8 +1,9 @@
 """Verify the checkpoint_scp scenario: the worker's fake checkpoint reached the head byte for byte (in parallel
 streams, the default), a re-run changes nothing and hashes nothing, a killed stream is diagnosed and the copy resumes,
 --check lists a missing shard and copies nothing and the next run repairs it and a corrupted file (named), a shard
-missing on the source fails the validation by name, the key is restricted (unprivileged receiver, rrsync -munge
-confined to the model directory), a hostile sender with the key changes nothing outside the model directory and
+missing on the source fails the validation by name, the copy key is withdrawn after every run (passed or failed) and,
+kept on request, restricted (unprivileged receiver, rrsync -munge confined to the model directory), a hostile sender
+with the key changes nothing outside the model directory and
 fails the next run, and the source tree was never modified. One stream (checkpoint_scp_streams=1) is proven by the
 module's unit tests (real rsync)."""
 
@@ -73,11 +74,20 @@ def test_head_holds_an_identical_tree():
     assert int(TARGET.check_output("stat -c %%b %s/%s", SNAPSHOT, SPARSE_SHARD)) * 512 < 64 * 1024 ** 2
 
 
+def copy_key_entries():
+    return [line for line in TARGET.file(RECEIVER_KEYS).content_string.splitlines()
+            if "dspark.cluster checkpoint" in line]
+
+
 def test_key_is_private_and_its_entry_restricted():
     key = SOURCE.file("/etc/dspark/checkpoint/id_ed25519")
     assert key.mode == 0o600 and key.user == "root"
-    entries = [line for line in TARGET.file(RECEIVER_KEYS).content_string.splitlines()
-               if "dspark.cluster checkpoint" in line]
+    # checkpoint_scp_revoke_key (the default): the converge copied, then withdrew the key from the target.
+    assert copy_key_entries() == []
+    # Kept between runs on request: the entry a copy runs under, left in place (the hostile sender below uses it).
+    rc, out, dummy = playbook("-e", "checkpoint_scp_revoke_key=false")
+    assert rc == 0, out
+    entries = copy_key_entries()
     assert len(entries) == 1
     # -no-lock: the parallel streams (checkpoint_scp_streams, default 4) are parallel rrsync sessions.
     # -munge: a link a sender makes leads nowhere; DIR: the model's directory, not hub/.
@@ -91,6 +101,54 @@ def test_key_is_private_and_its_entry_restricted():
         # ssh's own exit status is printed, not returned: testinfra raises on 255 (a refused login).
         run = SOURCE.run("%s %s@192.168.100.1 id; echo exit=$?" % (KEY_SSH, user))  # no args: testinfra quotes none
         assert "uid=" not in run.stdout and "exit=0" not in run.stdout, (user, run.stdout, run.stderr)
+
+
+def test_hostile_sender_with_the_key_changes_nothing_outside_the_model_directory():
+    """What the issue asks for (#13 point 6), over the real sshd: the source's key, the sender's own options. The key
+    is authorized (left by the test above, checkpoint_scp_revoke_key=false); the repair run at the end withdraws it."""
+    assert len(copy_key_entries()) == 1
+    outside = "find /etc /root /var/lib/dspark %s/hub -path %s -prune -o -printf '%%y %%m %%u %%p %%s %%T@\\n' | sort"
+    before = TARGET.check_output(outside, CACHE, MODEL_DIR)
+    SOURCE.check_output(
+        "rm -rf /tmp/evil && mkdir -p /tmp/evil/through/abs /tmp/evil/through/rel && cd /tmp/evil && "
+        "ln -s /etc links-abs && ln -s ../../../../../etc links-rel && "
+        "printf '#!/bin/sh\\nid\\n' > suid && chmod 6755 suid && "
+        "echo pwned > through/abs/pwned && echo pwned > through/rel/pwned")
+    dest = "%s@192.168.100.1:" % RECEIVER
+    # 1. links out, then files through them; 2. a setuid file; 3. a device node; 4. paths above DIR; --delete
+    SOURCE.run("cd /tmp/evil && rsync -a -e %s links-abs links-rel suid %s.", KEY_SSH, dest)
+    SOURCE.run("cd /tmp/evil && rsync -a --keep-dirlinks -e %s through/abs/ %slinks-abs/", KEY_SSH, dest)
+    SOURCE.run("cd /tmp/evil && rsync -a --keep-dirlinks -e %s through/rel/ %slinks-rel/", KEY_SSH, dest)
+    SOURCE.run("rsync -aD -e %s /dev/null %sdevnull", KEY_SSH, dest)
+    for target in ("..", "../.."):
+        run = SOURCE.run("cd /tmp/evil && rsync -a -e %s suid %s%s/", KEY_SSH, dest, target)
+        assert run.rc != 0, (target, run.stdout, run.stderr)
+    # rrsync reads an absolute path as one inside its directory: refused, or it lands in DIR/etc (checked below).
+    for target in ("/etc", "/root"):
+        run = SOURCE.run("cd /tmp/evil && rsync -a -e %s suid %s%s/", KEY_SSH, dest, target)
+        assert run.rc != 0 or TARGET.file("%s%s/suid" % (MODEL_DIR, target)).exists, (target, run.stdout, run.stderr)
+    run = SOURCE.run("mkdir -p /tmp/evil/empty && rsync -a --delete -e %s /tmp/evil/empty/ %s.", KEY_SSH, dest)
+    assert run.rc != 0
+    try:
+        assert TARGET.check_output(outside, CACHE, MODEL_DIR) == before
+        assert TARGET.run("test -e /etc/pwned").rc != 0
+        for name in ("links-abs", "links-rel"):
+            assert TARGET.check_output("readlink %s", "%s/%s" % (MODEL_DIR, name)).startswith("/rsyncd-munged/")
+        assert TARGET.file(MODEL_DIR + "/suid").user == RECEIVER
+        assert TARGET.run("test -c %s/devnull", MODEL_DIR).rc != 0
+        assert_identical()
+        # The next run names what only a hostile sender makes and drops the node's verified stamp (serve refuses).
+        rc, out, dummy = playbook()
+        assert rc != 0 and "never makes" in out and "links-abs" in out and "suid" in out, out
+        assert not TARGET.file(STAMP).exists
+    finally:
+        TARGET.check_output("cd %s && rm -rf links-abs links-rel suid devnull etc root", MODEL_DIR)
+        SOURCE.check_output("rm -rf /tmp/evil")
+    rc, out, dummy = playbook()
+    assert rc == 0, out
+    assert TARGET.file(STAMP).exists
+    assert_identical()
+    assert copy_key_entries() == []                                     # withdrawn after the repair's copy
 
 
 def test_receiver_is_unprivileged_and_the_files_plain_and_readable():
@@ -149,6 +207,7 @@ def test_killed_copy_resumes():
     # The diagnosis names the stopped stream (with one file to send, the final pass carries it), rsync's reason and the fix.
     assert "The checkpoint copy was interrupted" in out and re.search(r"(stream 1/\d|the final pass) stopped", out), out
     assert "run the playbook again to resume" in out, out
+    assert copy_key_entries() == []                                     # withdrawn after a failed run too
     # --partial kept what had arrived under the shard's own name; the next run resumes from it.
     partial = TARGET.run("stat -c %%s %s/%s", SNAPSHOT, SPARSE_SHARD)
     assert partial.rc == 0 and 0 < int(partial.stdout) < 1024 ** 3, "no partial file kept: %s" % out
@@ -177,7 +236,8 @@ def test_check_mode_lists_a_missing_shard_and_the_next_run_repairs_it_and_a_corr
         rc, out, dummy = playbook("--check", "-v")  # -v: the copy task's itemized list
         assert rc == 0, out
         assert TARGET.run("test -e %s/%s", SNAPSHOT, MISSING_SHARD).rc != 0, "--check copied the shard"
-        assert MISSING_SHARD in out.split("Copy the snapshot")[1], out
+        # The key is not there for a dry run (checkpoint_scp_revoke_key): the verification's list says what is missing.
+        assert MISSING_SHARD in out.split("Say what the copy would send")[1], out
         assert TARGET.check_output("sha256sum %s/%s", SNAPSHOT, DENSE_SHARD) == corrupt, "--check touched the file"
     finally:
         rc, out, dummy = playbook()
@@ -196,51 +256,6 @@ def test_shard_missing_on_the_source_is_named():
     assert rc != 0
     assert "lacks 1 shard(s)" in out and DENSE_SHARD in out and "Fix:" in out, out
     assert_identical()  # nothing was copied or removed on the head
-
-
-def test_hostile_sender_with_the_key_changes_nothing_outside_the_model_directory():
-    """What the issue asks for (#13 point 6), over the real sshd: the source's key, the sender's own options."""
-    outside = "find /etc /root /var/lib/dspark %s/hub -path %s -prune -o -printf '%%y %%m %%u %%p %%s %%T@\\n' | sort"
-    before = TARGET.check_output(outside, CACHE, MODEL_DIR)
-    SOURCE.check_output(
-        "rm -rf /tmp/evil && mkdir -p /tmp/evil/through/abs /tmp/evil/through/rel && cd /tmp/evil && "
-        "ln -s /etc links-abs && ln -s ../../../../../etc links-rel && "
-        "printf '#!/bin/sh\\nid\\n' > suid && chmod 6755 suid && "
-        "echo pwned > through/abs/pwned && echo pwned > through/rel/pwned")
-    dest = "%s@192.168.100.1:" % RECEIVER
-    # 1. links out, then files through them; 2. a setuid file; 3. a device node; 4. paths above DIR; --delete
-    SOURCE.run("cd /tmp/evil && rsync -a -e %s links-abs links-rel suid %s.", KEY_SSH, dest)
-    SOURCE.run("cd /tmp/evil && rsync -a --keep-dirlinks -e %s through/abs/ %slinks-abs/", KEY_SSH, dest)
-    SOURCE.run("cd /tmp/evil && rsync -a --keep-dirlinks -e %s through/rel/ %slinks-rel/", KEY_SSH, dest)
-    SOURCE.run("rsync -aD -e %s /dev/null %sdevnull", KEY_SSH, dest)
-    for target in ("..", "../.."):
-        run = SOURCE.run("cd /tmp/evil && rsync -a -e %s suid %s%s/", KEY_SSH, dest, target)
-        assert run.rc != 0, (target, run.stdout, run.stderr)
-    # rrsync reads an absolute path as one inside its directory: refused, or it lands in DIR/etc (checked below).
-    for target in ("/etc", "/root"):
-        run = SOURCE.run("cd /tmp/evil && rsync -a -e %s suid %s%s/", KEY_SSH, dest, target)
-        assert run.rc != 0 or TARGET.file("%s%s/suid" % (MODEL_DIR, target)).exists, (target, run.stdout, run.stderr)
-    run = SOURCE.run("mkdir -p /tmp/evil/empty && rsync -a --delete -e %s /tmp/evil/empty/ %s.", KEY_SSH, dest)
-    assert run.rc != 0
-    try:
-        assert TARGET.check_output(outside, CACHE, MODEL_DIR) == before
-        assert TARGET.run("test -e /etc/pwned").rc != 0
-        for name in ("links-abs", "links-rel"):
-            assert TARGET.check_output("readlink %s", "%s/%s" % (MODEL_DIR, name)).startswith("/rsyncd-munged/")
-        assert TARGET.file(MODEL_DIR + "/suid").user == RECEIVER
-        assert TARGET.run("test -c %s/devnull", MODEL_DIR).rc != 0
-        assert_identical()
-        # The next run names what only a hostile sender makes and drops the node's verified stamp (serve refuses).
-        rc, out, dummy = playbook()
-        assert rc != 0 and "never makes" in out and "links-abs" in out and "suid" in out, out
-        assert not TARGET.file(STAMP).exists
-    finally:
-        TARGET.check_output("cd %s && rm -rf links-abs links-rel suid devnull etc root", MODEL_DIR)
-        SOURCE.check_output("rm -rf /tmp/evil")
-    rc, out, dummy = playbook()
-    assert rc == 0, out
-    assert TARGET.file(STAMP).exists
-    assert_identical()
 
 
 def test_source_tree_is_unchanged():

@@ -85,6 +85,8 @@ BREAKS = {
     "checkpoint.hf_cache": ({"dspark_hf_cache": "var/lib/hf"}, "group pair_a", "dspark_hf_cache", "'var/lib/hf' is not an absolute"),
     "checkpoint.manifest_dir": ({"checkpoint_manifest_dir": "/var/lib/dspark/hf/state"}, "group pair_a", "checkpoint_manifest_dir",
                                 "'/var/lib/dspark/hf/state' is inside dspark_hf_cache"),
+    "checkpoint.trust_dir": ({"checkpoint_trust_dir": ".dspark/trust"}, "group pair_a", "checkpoint_trust_dir",
+                             "'.dspark/trust' is not an absolute path"),
     "checkpoint.ssh_key_path": ({"checkpoint_ssh_key_path": "/var/lib/dspark/hf/id"}, "group pair_a", "checkpoint_ssh_key_path",
                                 "'/var/lib/dspark/hf/id' is inside dspark_hf_cache"),
     "checkpoint.rsync_options": ({"checkpoint_rsync_options": ["--delete"]}, "group pair_a", "checkpoint_rsync_options",
