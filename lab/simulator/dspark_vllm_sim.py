@@ -1485,6 +1485,13 @@ class Simulator:
             LOG.raw(line, self.api_proc, self.pid)
         die(1)
 
+    @staticmethod
+    def wedged_by_file():
+        """DSPARK_SIM_WEDGE_FILE names a file whose appearance wedges a group that was serving (a hard failure
+        while it serves: the fleet lab touches it inside the running container)."""
+        path = os.environ.get('DSPARK_SIM_WEDGE_FILE', '')
+        return bool(path) and os.path.exists(path)
+
     def wedge_monitor(self):
         interval = env_float('VLLM_RINGBUFFER_WARNING_INTERVAL', 60.0)
         while True:
@@ -1610,7 +1617,7 @@ class Simulator:
                     sim.kill_engine(min(sim.store.lost))
                     return self.error(500, 'EngineCore encountered an issue. See stack trace (above) for the root '
                                       'cause.', 'InternalServerError')
-                if env_flag('DSPARK_SIM_WEDGE'):
+                if env_flag('DSPARK_SIM_WEDGE') or sim.wedged_by_file():
                     if not sim.wedge_started.is_set():
                         sim.wedge_started.set()
                         threading.Thread(target=sim.wedge_monitor, daemon=True).start()

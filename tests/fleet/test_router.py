@@ -6,12 +6,18 @@ makes that a failure. Every test leaves every group in rotation. Run: make route
 
 - the role converges idempotently and check mode changes nothing; the health check asks /health without a key, the
   router answers other paths itself (404), and a retired router_api_key stops the run without showing it;
+- the fleet's API closed (issue #26): 401 through the router without the key or with a wrong one, the heads' API
+  port closed to this machine and open to the router, 429 with Retry-After past a key's rate, a tcpdump of the
+  health checks on the management bridge holds no key (and would see one), no key in the router's journal, files
+  or stick table, nor in the engines' logs;
 - optional TLS from a certificate and key (key file 0600, never shown), then removed again;
 - the drain refuses to take out the last group in rotation, says so when its bound is hit, and rejects
   unknown groups; status reads every server;
 - Test A: while a bounded load runs, `dspark-fleet reprovision --rolling` takes every group in turn out of rotation,
   reprovisions it (site.yml, restart forced), proves it and puts it back: zero failed requests, every answer
   complete, no request sent to a group while it was out, the time out of rotation of each group in the report;
+- Rollback: a roll to an image whose workers never join puts pair_b back on its last proven image, proven and in
+  rotation, and stops before trio_c;
 - Test B: a group killed outright is taken out by the health check within a stated bound, requests sent after
   the kill succeed, and it comes back into rotation once served again.
 """
@@ -27,6 +33,7 @@ import threading
 import time
 
 import pytest
+import yaml
 
 import fleetlab
 import loadclient
@@ -36,6 +43,8 @@ import routerlab as lab
 # Health check: inter 2s, fastinter 1s, fall 2, timeout 2s -> a dead group is out after at most
 # 2 + 1 + 2 = 5 s (plus the poll): this is the bound Test B holds it to.
 REMOVAL_BOUND_SECONDS = 8.0
+# A head whose packets are dropped fails each check by its timeout instead: 2 + 2 (timeout) + 1 + 2 (timeout) = 7 s.
+VANISH_BOUND_SECONDS = 10.0
 RATE = 4.0
 SECRET = "sk-dspark-router-test-do-not-print-3c1f"
 FRONTEND = "dspark_api"                                                # router_frontend_name: its stick table
@@ -336,7 +345,14 @@ def test_drain_says_when_its_bound_is_hit(all_back):
 
 # --------------------------------------------------------------------------- Test A: rolling reprovision
 
-def test_rolling_reprovision_loses_no_request(all_back, tmp_path):
+@pytest.fixture(scope="module")
+def fleet_state(tmp_path_factory):
+    """One dspark-fleet state dir for the rolling tests: the roll records each group's proven image and revision
+    there (proven/), the rollback test reads them."""
+    return tmp_path_factory.mktemp("fleet-state")
+
+
+def test_rolling_reprovision_loses_no_request(all_back, tmp_path, fleet_state):
     # --no-qualify: the qualification before each drain is proven by the unit tests of rolling_qualify (and by
     # `make realtest-roll`, outside make test); here it would add a qualify run per group to the CI's longest lane.
     groups = lab.serving_groups()
@@ -344,11 +360,51 @@ def test_rolling_reprovision_loses_no_request(all_back, tmp_path):
     load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 1500), rate=RATE, api_key=lab.api_key())
     (rc, out), records = rollcheck.under_load(load, lambda: fleetlab.fleet(
         "reprovision", "-i", lab.INVENTORY, "--rolling", "--no-qualify", "--plain", "--artifacts", tmp_path / "roll",
-        "-e", '{"serve_force_restart": true}'))
+        "--state-dir", fleet_state, "-e", '{"serve_force_restart": true}'))
     assert rc == 0, out[-4000:]
     summary, out_of_rotation = rollcheck.assert_rolled(fleetlab.report(tmp_path / "roll" / "report.json"), records,
                                                        groups, min_sent=60)
     print(json.dumps({"summary": summary, "out_of_rotation_s": out_of_rotation}, indent=1))
+
+
+def test_an_image_that_never_becomes_ready_is_rolled_back_and_the_roll_stops(all_back, tmp_path, fleet_state):
+    """#29 item 6 on the fleet lab: a roll to a new image tag whose workers never join (the SIMULATOR's
+    DSPARK_SIM_NEVER_JOIN, tied to the tag by a template: every tag names the one simulator image here) fails pair_b's
+    proof; pair_b goes back to its last proven image (recorded by the roll above, or by a plain reprovision here),
+    is proven again and put back in rotation, and the roll stops before trio_c. The report says so."""
+    head = lab.heads()["pair_b"]
+    if not (fleet_state / "proven").is_dir() or not any((fleet_state / "proven").iterdir()):
+        rc, out = fleetlab.fleet("reprovision", "-i", lab.INVENTORY, "--groups", "pair_b", "--plain", "--artifacts",
+                                 tmp_path / "record", "--state-dir", fleet_state)
+        assert rc == 0, out[-4000:]
+    facts = yaml.safe_load((fleetlab.FLEET / "group_vars" / "dspark.yml").read_text())
+    image = facts["dspark_image"]                                       # the tag the inventory names
+    image_id = fleetlab.docker("exec", head, "docker", "inspect", "--format", "{{.Image}}", fleetlab.CONTAINER)[1]
+    trio_before = fleetlab.container_id(lab.heads()["trio_c"])
+    broken = image.rsplit(":", 1)[0] + ":broken"
+    env = dict(facts["serve_extra_env"])
+    env.update({"DSPARK_SIM_NEVER_JOIN": "{{ '1' if dspark_image.endswith(':broken') else '0' }}",
+                "DSPARK_SIM_RENDEZVOUS_TIMEOUT": "{{ '10' if dspark_image.endswith(':broken') else '%s' }}"
+                                                 % env["DSPARK_SIM_RENDEZVOUS_TIMEOUT"]})
+    rc, out = fleetlab.fleet("reprovision", "-i", lab.INVENTORY, "--rolling", "--no-qualify", "--plain", "--artifacts",
+                             tmp_path / "roll", "--state-dir", fleet_state, "-e", json.dumps({
+                                 "dspark_image": broken, "serve_extra_env": env}))
+    assert rc != 0, out[-4000:]
+    result = fleetlab.report(tmp_path / "roll" / "report.json")
+    pair, trio = result["groups"]["pair_b"], result["groups"]["trio_c"]
+    assert pair["result"] == "failed" and "rendezvous_timeout" in pair["failure"]["summary"], pair
+    rollback = pair["rollback"]
+    assert rollback["attempted"] and rollback["result"] == "rolled_back", rollback
+    assert rollback["from"]["image"] == broken and rollback["to"]["image"] == image, rollback
+    assert trio["result"] == "not_started", trio                      # the roll stopped
+    assert "rolled back" in out and "the roll stops" in out, out[-4000:]
+    # pair_b serves its last proven image again, in rotation; trio_c was never touched.
+    running = fleetlab.docker("exec", head, "docker", "inspect", "--format", "{{.Image}}", fleetlab.CONTAINER)[1]
+    assert running == image_id and image_id.startswith("sha256:")
+    assert lab.router_servers()["pair_b"]["in_rotation"]
+    assert fleetlab.container_id(lab.heads()["trio_c"]) == trio_before
+    ok, text = fleetlab.chat("pair_b")
+    assert ok, text
 
 
 # --------------------------------------------------------------------------- Test B: a group killed outright
@@ -395,3 +451,60 @@ def test_killed_group_is_taken_out_by_the_health_check(all_back):
     assert all(r["group"] in (victim, None) for r in cut), cut
     assert len(after) > 40
     assert any(r["group"] == victim and r["started"] > served_at for r in records), "no request reached it again"
+
+
+# --------------------------------------------------------------------------- a head that vanishes from the network
+
+VANISH = ("nft add table inet dspark_vanish && "
+          "nft 'add chain inet dspark_vanish in { type filter hook input priority -400; policy drop; }' && "
+          "nft 'add chain inet dspark_vanish out { type filter hook output priority -400; policy drop; }' && "
+          "nft add rule inet dspark_vanish in iif lo accept && nft add rule inet dspark_vanish out oif lo accept")
+
+
+def test_a_head_that_vanishes_from_the_network_is_taken_out_and_reported(all_back, tmp_path):
+    """#29 item 7: every packet to and from pair_b's head dropped (not refused: an nftables table of the lab's,
+    policy drop, loopback only), its processes alive. The health check takes pair_b out within the same bound as a
+    killed group; requests sent after that all succeed on trio_c; `dspark-fleet status` reports the head unreachable;
+    once its packets flow again the group comes back into rotation (or is restarted, when its ranks lost each other)."""
+    victim = "pair_b"
+    head = lab.heads()[victim]
+    # A short client timeout: requests the head held when it vanished never end (the router cannot know).
+    load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 600), rate=RATE, api_key=lab.api_key(), timeout=15).start()
+    try:
+        time.sleep(5)
+        vanished_at = time.time()
+        rc, out = fleetlab.docker("exec", head, "sh", "-c", VANISH)
+        assert rc == 0, out
+        servers, removal = lab.wait_router(lambda s: not s[victim]["in_rotation"], 30, interval=0.1)
+        removed_at = time.time()
+        assert removal is not None, servers
+        print("%s vanished: out of rotation %.2f s later (last check %s)"
+              % (victim, removed_at - vanished_at, servers[victim]["check_status"]))
+        assert removed_at - vanished_at <= VANISH_BOUND_SECONDS
+        rc, out = fleetlab.fleet("status", "-i", lab.INVENTORY, "--groups", victim, "--plain", "--artifacts",
+                                 tmp_path / "status", timeout=600)
+        assert rc != 0, out[-3000:]
+        status = fleetlab.report(tmp_path / "status" / "report.json")["groups"][victim]
+        text = json.dumps(status)
+        assert status["result"] != "ok" and head in text and "unreachable" in text.lower(), text[:3000]
+        time.sleep(5)                                                   # requests keep flowing without it
+    finally:
+        fleetlab.docker("exec", head, "nft", "delete", "table", "inet", "dspark_vanish")
+        load.stop()
+        records = load.wait(timeout=180)
+    back_at = time.time()
+    servers, back = lab.wait_router(lambda s: s[victim]["in_rotation"], 30, interval=0.2)
+    if back is None or not fleetlab.chat(victim)[0]:
+        restore = lab.playbook("serve.yml", "--limit", victim)          # its ranks lost each other meanwhile
+        assert_ok(restore, "serve.yml --limit " + victim)
+        servers, back = lab.wait_router(lambda s: s[victim]["in_rotation"], 60, interval=0.2)
+    assert back is not None, servers
+    print("%s back in rotation %.1f s after its packets flowed again" % (victim, time.time() - back_at))
+    summary = loadclient.summarize(records)
+    cut = [r for r in records if not r["ok"] and r["started"] < vanished_at]
+    after = [r for r in records if r["started"] >= removed_at]
+    print(json.dumps({"summary": {k: v for k, v in summary.items() if k != "failures"}, "cut_at_vanish": len(cut),
+                      "sent_after_removal": len(after)}, indent=1))
+    assert [r for r in after if not r["ok"]] == []
+    assert all(r["group"] in (victim, None) for r in cut), cut
+    assert len(after) > 10

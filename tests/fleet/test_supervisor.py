@@ -1,5 +1,5 @@
-"""The supervisor (`dspark-fleet watch`) on the SIMULATED fleet lab: a killed rank, a rank that crashes on every
-start, and a group held by a reprovision. The serving image is the lab SIMULATOR, not vLLM. (A rebooted node, whose
+"""The supervisor (`dspark-fleet watch`) on the SIMULATED fleet lab: a killed rank, a group that wedges while it
+serves, a rank that crashes on every start, and a group held by a reprovision. The serving image is the lab SIMULATOR, not vLLM. (A rebooted node, whose
 rank must not start alone, ran here until session 15: about 300 s of CI; the compose file's `restart: "no"` is unit-
 tested. Its helpers, the boot wait and the fabric NIC's rename after a restart, are in the git history of fleetlab.py.)
 
@@ -13,8 +13,8 @@ import pytest
 
 import routerlab
 
-from fleetlab import (INVENTORY, chat, faulty_inventory, fleet, journal, kill_rank, playbook, rank_state, start_fleet,
-                      wait_for)
+from fleetlab import (GROUPS, INVENTORY, chat, container_id, faulty_inventory, fleet, journal, kill_rank, node, playbook,
+                      rank_state, start_fleet, wait_for)
 
 GROUP = "pair_b"
 WORKER = "spark-b1"
@@ -75,6 +75,35 @@ def test_a_killed_worker_rank_is_restored_by_watch(state):
                if d.get("node") != WORKER and d.get("severity") == "fatal"), check
     assert logs["ok"] and restart["ok"] and restart["attempt"] == 1 and restart["because"] == check["summary"]
     assert rank_state(WORKER)[0] == "running"
+    ok, text = chat(GROUP)
+    assert ok, text
+
+
+def test_a_group_that_wedges_while_it_serves_is_restarted_as_a_unit(state):
+    """#29 item 7: the head stops answering completions while its process lives and /health stays 200 (the SIMULATOR's
+    DSPARK_SIM_WEDGE_FILE, touched inside the running container). The router's health check (GET /health) cannot
+    see it; the supervisor's check (one generation, bounded) calls the group wedged, takes it out of rotation,
+    restarts it as one unit (every rank's container new) and puts it back."""
+    env = node(GROUPS[GROUP][0], "docker inspect --format '{{json .Config.Env}}' dspark-vllm")[1]
+    if not chat(GROUP)[0] or "DSPARK_SIM_WEDGE_FILE=/tmp/dspark-sim-wedge" not in env:
+        restore()                                                       # serving, with the lab's wedge file
+    before = {host: container_id(host) for host in GROUPS[GROUP]}
+    rc, out, err = node(GROUPS[GROUP][0], "docker exec dspark-vllm touch /tmp/dspark-sim-wedge")
+    assert rc == 0, out + err
+    ok, text = chat(GROUP)
+    assert not ok, text                                                 # the completion hangs until its timeout
+    assert in_rotation()                                                # /health still answers 200
+    wedged = time.monotonic()
+    rc, out = watch(state, "--once")
+    print("\nwedged group -> serving again (watch --once): %.1f s" % (time.monotonic() - wedged))
+    assert rc == 0, out[-4000:]
+    records = actions(state)
+    assert [r["action"] for r in records] == ["check", "drain", "logs", "restart", "enable"], records
+    check = records[0]
+    assert check["ok"] is False and "wedged" in check["summary"], check
+    after = {host: container_id(host) for host in GROUPS[GROUP]}
+    assert all(after[h] and after[h].split()[0] != (before[h] or "").split()[0] for h in after), (before, after)
+    assert in_rotation()
     ok, text = chat(GROUP)
     assert ok, text
 

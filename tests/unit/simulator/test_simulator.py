@@ -420,6 +420,22 @@ def test_wedge_health_ok_but_generation_hangs(started):
     assert result['failures'] == [] and result['head_ready'] is True
 
 
+def test_a_serving_group_wedges_when_its_file_appears(started, tmp_path):
+    flag = tmp_path / "wedge"
+    group = Group(2, started)
+    group.start(1)
+    head = group.start(0, env=base_env(DSPARK_SIM_WEDGE_FILE=str(flag), VLLM_RINGBUFFER_WARNING_INTERVAL=1))
+    assert head.wait_for('Application startup complete.', 10), head.log()
+    base = 'http://%s:%d' % (LOOPBACK, group.api_port)
+    body = {'model': SERVED, 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 4}
+    assert http('POST', base + '/v1/chat/completions', body, timeout=10)[0] == 200
+    flag.write_text('')
+    with pytest.raises((socket.timeout, TimeoutError, urllib.error.URLError)):
+        http('POST', base + '/v1/chat/completions', body, timeout=1.5)
+    assert http('GET', base + '/health', timeout=2)[0] == 200
+    assert head.wait_for('No available shared memory broadcast block found in 1 seconds', 5)
+
+
 def test_oom_on_worker(started):
     group = Group(2, started)
     worker = group.start(1, env=base_env(DSPARK_SIM_OOM=1))
