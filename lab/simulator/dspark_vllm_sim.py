@@ -1625,6 +1625,9 @@ class Simulator:
                         sim.requests_running += 1
                     threading.Event().wait()     # never answers, like a wedged TP pair
                 words = sim.reply_words(prompt)
+                if body.get('ignore_eos') is True and max_tokens:
+                    # vLLM's sampling parameter: no end of sequence, so exactly max_tokens tokens (a long generation).
+                    words = (words * (max_tokens // len(words) + 1))[:max_tokens] + ['']
                 limit = max_tokens if max_tokens is not None else len(words)
                 out = words[:limit]
                 finish = 'length' if len(out) < len(words) else 'stop'

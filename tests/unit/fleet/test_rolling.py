@@ -111,7 +111,10 @@ def test_drain_bound_hit(tmp_path, policy, calls, status, back):
     assert rotation["back_in_rotation"] is back and rotation["drain"]["bound_hit"] is True
     if policy == "fail":
         assert "drain bound hit: 2 open session(s) still on grp" in result.error
-        assert "put back in rotation untouched" in rotation["note"]
+        assert "put back in rotation untouched" in rotation["note"] and "cut_sessions" not in rotation
+    else:
+        assert rotation["cut_sessions"] == 2
+        assert "2 request(s) still open at the drain bound, cut by the restart" in report.rotation_text(rotation)
 
 
 def test_refused_drain_changes_nothing(tmp_path):

@@ -420,6 +420,21 @@ def test_wedge_health_ok_but_generation_hangs(started):
     assert result['failures'] == [] and result['head_ready'] is True
 
 
+def test_ignore_eos_generates_exactly_max_tokens(started):
+    group = Group(2, started)
+    group.start(1)
+    head = group.start(0)
+    assert head.wait_for('Application startup complete.', 10), head.log()
+    base = 'http://%s:%d' % (LOOPBACK, group.api_port)
+    body = {'model': SERVED, 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 50, 'ignore_eos': True}
+    status, answer = http('POST', base + '/v1/chat/completions', body, timeout=10)
+    assert status == 200 and answer['usage']['completion_tokens'] == 50
+    assert answer['choices'][0]['finish_reason'] == 'length' and answer['choices'][0]['message']['content'].startswith('OK')
+    body = dict(body, ignore_eos=False)
+    status, answer = http('POST', base + '/v1/chat/completions', body, timeout=10)
+    assert answer['usage']['completion_tokens'] < 50 and answer['choices'][0]['finish_reason'] == 'stop'
+
+
 def test_a_serving_group_wedges_when_its_file_appears(started, tmp_path):
     flag = tmp_path / "wedge"
     group = Group(2, started)

@@ -122,6 +122,9 @@ def rotation_text(rotation):
     if drain.get("bound_hit"):
         parts.append("drain bound hit (%s open session(s) after %s s)" % (
             drain.get("sessions_left"), drain.get("waited_s")))
+    if rotation.get("cut_sessions"):
+        parts.append("%s request(s) still open at the drain bound, cut by the restart unless they ended first "
+                     "(--on-drain-timeout continue)" % rotation["cut_sessions"])
     if rotation.get("back_in_rotation"):
         parts.append("out of rotation %s s" % rotation.get("out_of_rotation_s"))
     elif rotation.get("left_out"):

@@ -299,6 +299,8 @@ class RollingRunner:
                 "drain bound hit: %s open session(s) still on %s after %s s; it was put back in rotation untouched. "
                 "Fix: run again later, raise --drain-timeout, or accept cutting them with --on-drain-timeout continue"
                 % (view["sessions_left"], group, round(view["waited_s"], 1))))
+        if view["bound_hit"]:           # --on-drain-timeout continue: the requests still open are cut by the restart
+            self._set(group, cut_sessions=view["sessions_left"] or 0)
         if cancelled():
             self._put_back(spec, event_handler, enable_path, drain_report, "cancelled before reprovisioning")
             return RunResult(status="canceled", rc=None, error="cancelled after the drain, before reprovisioning")
