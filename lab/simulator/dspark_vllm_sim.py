@@ -1548,9 +1548,15 @@ class Simulator:
                 self.send_json(401, {'error': 'Unauthorized'})
                 return False
 
-            def read_body(self):
+            def take_body(self):
+                """Read the request's body off the connection whatever the answer: a keep-alive connection (the
+                router reuses its connections to the head) must not keep a refused request's body as the next
+                request's first bytes."""
                 length = int(self.headers.get('Content-Length') or 0)
-                raw = self.rfile.read(length) if length else b''
+                self.raw_body = self.rfile.read(length) if length else b''
+
+            def read_body(self):
+                raw = self.raw_body
                 try:
                     return json.loads(raw.decode() or 'null')
                 except ValueError:
@@ -1573,6 +1579,7 @@ class Simulator:
                 self.send_json(404, {'detail': 'Not Found'})
 
             def do_POST(self):
+                self.take_body()
                 if not self.authorized():
                     return
                 path = self.path.split('?', 1)[0]

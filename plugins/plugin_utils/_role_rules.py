@@ -150,7 +150,8 @@ def _export_clients(member):
 
 
 def _controller_trust_dir(dummy_member):
-    from ansible import constants  # pylint: disable=import-outside-toplevel  (the controller's configuration)
+    # The controller's configuration, read only when the default is asked for.
+    from ansible import constants  # pylint: disable=import-outside-toplevel
     return "%s/dspark/checkpoint-trust" % constants.config.get_config_value("ANSIBLE_HOME")
 
 

@@ -176,13 +176,12 @@ def test_a_key_past_its_rate_gets_429_and_other_clients_do_not():
     results = []
 
     def burst():
-        conn = http.client.HTTPConnection("127.0.0.1", 18080, timeout=30)
-        try:
-            for dummy in range(40):
-                status, headers, dummy = call("GET", "/v1/models", lab.bearer(), conn=conn)
+        for dummy in range(40):
+            try:
+                status, headers, dummy = call("GET", "/v1/models", lab.bearer())
                 results.append((status, headers.get("Retry-After")))
-        finally:
-            conn.close()
+            except (OSError, http.client.HTTPException) as err:
+                results.append((repr(err), None))
 
     threads = [threading.Thread(target=burst) for dummy in range(6)]
     started = time.monotonic()
@@ -192,7 +191,7 @@ def test_a_key_past_its_rate_gets_429_and_other_clients_do_not():
         thread.join(timeout=120)
     seconds = time.monotonic() - started
     statuses = [s for s, dummy in results]
-    assert len(results) == 240 and set(statuses) <= {200, 429}, sorted(set(statuses))
+    assert len(results) == 240 and set(statuses) <= {200, 429}, sorted(set(map(str, statuses)))
     # At most 50 pass in any one second (a rate over 1 s): the burst's seconds, begun and ended, bound them.
     passed = statuses.count(200)
     assert statuses.count(429) > 0 and 0 < passed <= 50 * (math.ceil(seconds) + 1), (passed, seconds)

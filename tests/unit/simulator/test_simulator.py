@@ -8,6 +8,7 @@ judged with plugins/plugin_utils/_tp_assess.py and _tp_signatures.py exactly as 
 plugin will judge the real ones.
 """
 
+from http.client import HTTPConnection
 import json
 import os
 import signal
@@ -725,6 +726,28 @@ def test_non_default_args_line_shows_keys_like_vllm(started, tmp_path, how):
     assert http('GET', base + '/v1/models')[0] == 401
     for key in keys:
         assert http('GET', base + '/v1/models', headers={'Authorization': 'Bearer ' + key})[0] == 200
+
+
+def test_a_refused_request_leaves_nothing_on_a_kept_connection(started):
+    """A router reuses its connections to the head: a POST refused for its key (401) must take its body off the
+    connection, or the next request there reads it as its request line (400)."""
+    key = 'sim-key-keepalive-9'
+    group = Group(1, started)
+    proc = SimProc('head', 0, group.argv(0) + ['--api-key', key], base_env())
+    started.append(proc)
+    assert proc.wait_for('Application startup complete.', 15), proc.log()
+    conn = HTTPConnection(LOOPBACK, group.api_port, timeout=10)
+    body = json.dumps({'model': SERVED, 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 2})
+    try:
+        conn.request('POST', '/v1/chat/completions', body, {'Content-Type': 'application/json'})
+        first = conn.getresponse()
+        first.read()
+        conn.request('GET', '/v1/models', headers={'Authorization': 'Bearer ' + key})
+        second = conn.getresponse()
+        second.read()
+    finally:
+        conn.close()
+    assert (first.status, second.status) == (401, 200)
 
 
 # --------------------------------------------------------------------------- the real engine's behaviour (issue #24)
