@@ -19,7 +19,8 @@ makes that a failure. Every test leaves every group in rotation. Run: make route
 - Rollback: a roll to an image whose workers never join puts pair_b back on its last proven image, proven and in
   rotation, and stops before trio_c;
 - a generation longer than the drain bound during a roll: with --on-drain-timeout fail the group goes back untouched
-  and the generation still streams; with continue it is reprovisioned, the generation cut and counted in the report;
+  and the generation still streams; a second roll with continue reprovisions it, cuts the same generation and counts
+  it in the report;
 - a head whose packets are dropped is taken out by the health check and reported unreachable by status;
 - Test B: a group killed outright is taken out by the health check within a stated bound, requests sent after
   the kill succeed, and it comes back into rotation once served again.
@@ -433,52 +434,53 @@ def long_generation(stream, tokens_wanted):
         conn.close()
 
 
-def roll_with_long_generations(tmp_path, fleet_state, on_timeout, *extra):
-    """Two generations of 6000 tokens (about 5 min; leastconn puts one on each group), then a roll of pair_b with a
-    3 s drain bound. Returns (exit code, output, pair_b's rotation in the report, {group: (tokens, complete)}, whether
-    pair_b's generation still streamed after the roll). Every stream is closed by the client before returning."""
-    streams = [{"conn": None, "group": None, "tokens": 0, "complete": False} for dummy in range(2)]
-    threads = [threading.Thread(target=long_generation, args=(s, 6000), daemon=True) for s in streams]
-    for thread in threads:
-        thread.start()
-    servers, dummy = lab.wait_router(lambda s: all(x["sessions"] > 0 for x in s.values()), 15)
-    assert all(x["sessions"] > 0 for x in servers.values()), servers
+def roll_pair_b(tmp_path, fleet_state, on_timeout, *extra):
+    """A roll of pair_b with a 3 s drain bound: (exit code, output, pair_b's rotation in the report)."""
     rc, out = fleetlab.fleet("reprovision", "-i", lab.INVENTORY, "--rolling", "--groups", "pair_b", "--no-qualify",
                              "--plain", "--artifacts", tmp_path / on_timeout, "--state-dir", fleet_state,
                              "--drain-timeout", 3, "--on-drain-timeout", on_timeout, *extra)
-    pair_b = [(s, th) for s, th in zip(streams, threads) if s["group"] == "pair_b"]
-    streaming = False
-    if pair_b:
-        stream, thread = pair_b[0]
-        before = stream["tokens"]
-        thread.join(timeout=5)                                          # ended by now when the restart cut it
-        streaming = thread.is_alive() and stream["tokens"] > before
-    for stream, thread in zip(streams, threads):
-        if thread.is_alive() and stream["conn"].sock:
-            stream["conn"].sock.shutdown(socket.SHUT_RDWR)
-        thread.join(timeout=60)
-    rotation = fleetlab.report(tmp_path / on_timeout / "report.json")["groups"]["pair_b"]["rotation"]
-    return rc, out, rotation, {s["group"]: (s["tokens"], s["complete"]) for s in streams}, streaming
+    return rc, out, fleetlab.report(tmp_path / on_timeout / "report.json")["groups"]["pair_b"]["rotation"]
 
 
 def test_a_generation_longer_than_the_drain_bound_ends_as_the_options_say(all_back, tmp_path, fleet_state):
     """#29 item 7: a long generation on each group (6000 tokens, about 5 min: longer than a roll takes to reach the
-    restart, even loaded) while pair_b is rolled with a 3 s drain bound. --on-drain-timeout fail: pair_b goes back
-    into rotation untouched, the roll fails saying why, and its generation still streams afterwards. continue: pair_b
-    is reprovisioned anyway (restart forced), its generation is cut, and the report counts the request left open at
-    the bound. The client closes the streams it no longer needs."""
-    rc, out, rotation, streams, streaming = roll_with_long_generations(tmp_path, fleet_state, "fail")
-    assert rc != 0 and "drain bound hit: 1 open session(s) still on pair_b" in out, out[-4000:]
-    assert rotation["drain"]["bound_hit"] and rotation["back_in_rotation"] and "cut_sessions" not in rotation, rotation
-    assert set(streams) == {"pair_b", "trio_c"} and streaming, (streams, streaming)
-    started = time.monotonic()
-    rc, out, rotation, streams, streaming = roll_with_long_generations(
-        tmp_path, fleet_state, "continue", "-e", '{"serve_force_restart": true}')
-    assert rc == 0, out[-4000:]
-    assert rotation["drain"]["bound_hit"] and rotation["cut_sessions"] == 1 and rotation["back_in_rotation"], rotation
-    assert "1 request(s) still open at the drain bound" in out, out[-3000:]
-    assert not streaming and not streams["pair_b"][1] and 0 < streams["pair_b"][0] < 6000, streams
-    print("cut after %d of 6000 tokens; the roll took %.0f s" % (streams["pair_b"][0], time.monotonic() - started))
+    restart, even loaded; leastconn puts one on each group) while pair_b is rolled with a 3 s drain bound, twice.
+    --on-drain-timeout fail: pair_b goes back into rotation untouched, the roll fails saying why, and its generation
+    still streams. Then continue: pair_b is reprovisioned anyway (restart forced), the same generation is cut, and the
+    report counts the request left open at the bound. The client closes trio_c's stream at the end."""
+    streams = [{"conn": None, "group": None, "tokens": 0, "complete": False} for dummy in range(2)]
+    threads = [threading.Thread(target=long_generation, args=(s, 6000), daemon=True) for s in streams]
+    try:
+        for thread in threads:
+            thread.start()
+        placed = fleetlab.wait_for(lambda: sorted(str(s["group"]) for s in streams) == ["pair_b", "trio_c"], 20, 0.2)
+        assert placed, [s["group"] for s in streams]
+        ours = {s["group"]: (s, th) for s, th in zip(streams, threads)}
+        stream, thread = ours["pair_b"]
+        rc, out, rotation = roll_pair_b(tmp_path, fleet_state, "fail")
+        assert rc != 0 and "drain bound hit: 1 open session(s) still on pair_b" in out, out[-4000:]
+        assert rotation["drain"]["bound_hit"] and rotation["back_in_rotation"] and "cut_sessions" not in rotation, \
+            rotation
+        before = stream["tokens"]
+        thread.join(timeout=5)
+        assert thread.is_alive() and stream["tokens"] > before, stream  # untouched: it still streams
+        started = time.monotonic()
+        rc, out, rotation = roll_pair_b(tmp_path, fleet_state, "continue", "-e", '{"serve_force_restart": true}')
+        assert rc == 0, out[-4000:]
+        assert rotation["drain"]["bound_hit"] and rotation["cut_sessions"] == 1 and rotation["back_in_rotation"], \
+            rotation
+        assert "1 request(s) still open at the drain bound" in out, out[-3000:]
+        thread.join(timeout=30)
+        assert not thread.is_alive() and not stream["complete"] and 0 < stream["tokens"] < 6000, stream
+        took = time.monotonic() - started
+        print("cut after %d of 6000 tokens; the second roll took %.0f s" % (stream["tokens"], took))
+        assert ours["trio_c"][1].is_alive()                             # trio_c's was never touched
+    finally:
+        for stream in streams:
+            if stream["conn"] is not None and stream["conn"].sock:
+                stream["conn"].sock.shutdown(socket.SHUT_RDWR)
+        for thread in threads:
+            thread.join(timeout=60)
 
 
 # --------------------------------------------------------------------------- Test B: a group killed outright
