@@ -21,6 +21,8 @@ import routerlab
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FLEET = ROOT / "inventories" / "lab-fleet"
 INVENTORY = FLEET / "hosts.yml"
+# The fleet's own settings (group_vars/dspark.yml: model, revision, cache, the simulator's env), as the tests read them.
+FLEET_VARS = yaml.safe_load((FLEET / "group_vars" / "dspark.yml").read_text())
 BIN = pathlib.Path(sys.executable).parent
 GROUPS = {"pair_b": ["spark-b0", "spark-b1"], "trio_c": ["spark-c0", "spark-c1", "spark-c2"]}
 # GPUs per node (SIMULATED): trio_c runs TP=6 as two ranks per node (inventories/lab-fleet/group_vars/trio_c.yml).
@@ -92,7 +94,7 @@ def faulty_inventory(tmp_path, host, env):
     target = pathlib.Path(tmp_path) / "inventory"
     shutil.copytree(FLEET, target)
     group_vars = target / "group_vars"
-    extra = dict(yaml.safe_load((group_vars / "dspark.yml").read_text()).get("serve_extra_env") or {})
+    extra = dict(FLEET_VARS.get("serve_extra_env") or {})
     for name, members in GROUPS.items():
         if host in members and (group_vars / (name + ".yml")).exists():
             extra.update(yaml.safe_load((group_vars / (name + ".yml")).read_text()).get("serve_extra_env") or {})

@@ -8,15 +8,13 @@ the lab SIMULATOR, not vLLM; faults are injected through its DSPARK_SIM_* variab
 
 import pytest
 
-import yaml
-
-from fleetlab import (FLEET, GPUS, GROUPS, INVENTORY, chat, container_id, docker, faulty_inventory, fleet, node, playbook,
+from fleetlab import (FLEET_VARS, GPUS, GROUPS, INVENTORY, chat, container_id, docker, faulty_inventory, fleet, node, playbook,
                       report)
 
 NEVER_JOIN = {"DSPARK_SIM_NEVER_JOIN": "1", "DSPARK_SIM_RENDEZVOUS_TIMEOUT": "10"}
 NCCL_ERROR = {"DSPARK_SIM_NCCL_ERROR": "1"}
 STATE = {}
-FACTS = yaml.safe_load((FLEET / "group_vars" / "dspark.yml").read_text())
+FACTS = FLEET_VARS
 SNAPSHOT = "%s/hub/models--%s/snapshots/%s" % (FACTS["dspark_hf_cache"], FACTS["dspark_model"].replace("/", "--"),
                                                FACTS["dspark_model_revision"])
 

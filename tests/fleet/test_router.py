@@ -37,7 +37,6 @@ import threading
 import time
 
 import pytest
-import yaml
 
 import fleetlab
 import loadclient
@@ -198,8 +197,8 @@ def test_a_key_past_its_rate_gets_429_and_other_clients_do_not():
     assert statuses.count(429) > 0 and 0 < passed <= 50 * (math.ceil(seconds) + 1), (passed, seconds)
     assert all(retry == "1" for s, retry in results if s == 429)
     assert call("GET", "/v1/models", {})[0] == 401                     # another client: not limited by this key
-    time.sleep(2.5)
-    assert call("GET", "/v1/models", lab.bearer())[0] == 200
+    # The key works again once its last second's rate has passed (polled at 2 requests per second, far below it).
+    assert fleetlab.wait_for(lambda: call("GET", "/v1/models", lab.bearer())[0] == 200, 10, 0.5)
 
 
 def mgmt_bridge():
@@ -214,8 +213,9 @@ def capture(seconds, during=None):
     with tempfile.TemporaryDirectory() as tmp:
         pcap = os.path.join(tmp, "api.pcap")
         dump = subprocess.Popen(["tcpdump", "-i", mgmt_bridge(), "-s", "0", "-U", "-w", pcap,  # pylint: disable=consider-using-with
-                                 "tcp port 8888"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(1.0)
+                                 "tcp port 8888"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        started = dump.stderr.readline()                                # "listening on ...": the capture is on
+        assert "listening on" in started, started
         if during:
             during()
         time.sleep(seconds)
@@ -380,7 +380,7 @@ def test_an_image_that_never_becomes_ready_is_rolled_back_and_the_roll_stops(all
         rc, out = fleetlab.fleet("reprovision", "-i", lab.INVENTORY, "--groups", "pair_b", "--plain", "--artifacts",
                                  tmp_path / "record", "--state-dir", fleet_state)
         assert rc == 0, out[-4000:]
-    facts = yaml.safe_load((fleetlab.FLEET / "group_vars" / "dspark.yml").read_text())
+    facts = fleetlab.FLEET_VARS
     image = facts["dspark_image"]                                       # the tag the inventory names
     image_id = fleetlab.docker("exec", head, "docker", "inspect", "--format", "{{.Image}}", fleetlab.CONTAINER)[1]
     trio_before = fleetlab.container_id(lab.heads()["trio_c"])
