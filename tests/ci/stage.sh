@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One stage of `make test`: the command's whole output goes to $CI_LOGS/NAME.log (default tests/output/ci,
 # which git and the collection build ignore) and one line tells the stage's result and time. On failure the
-# last $CI_TAIL lines (default 40) of the log follow and the exit status is the command's.
+# log's failure lines (pytest, Ansible) and its last $CI_TAIL lines (default 40) follow; the exit status is the command's.
 # Usage: stage.sh NAME COMMAND [ARG...]
 set -uo pipefail
 
@@ -34,8 +34,16 @@ if ((rc == 0)); then
   printf '%-26s ok    %5d s\n' "$name" "$secs"
   exit 0
 fi
+# What failed, before the tail: a lab stage's tail is its teardown, which pushes pytest's summary and Ansible's
+# failed task out of it. pytest's FAILED/ERROR lines and assertion lines (E ...), Ansible's fatal/FAILED! lines.
+failures=$(tail -n +2 "$log" | grep -aE '^ *[0-9]+ (FAILED|ERROR) |^ *[0-9]+ E  |fatal: \[|FAILED! =>|^ *[0-9]+ [^ ]+::[^ ]+ (FAILED|ERROR)' | head -n 60)
 report=$(
-  printf '%-26s FAIL  %5d s  (exit %d), whole output in %s; its last %d lines:\n' "$name" "$secs" "$rc" "$log" "$lines"
+  printf '%-26s FAIL  %5d s  (exit %d), whole output in %s\n' "$name" "$secs" "$rc" "$log"
+  if [ -n "$failures" ]; then
+    echo "  what failed (the log's FAILED, ERROR, E and fatal lines, at most 60):"
+    printf '%s\n' "$failures" | cut -c1-400 | sed 's/^/  ! /'
+  fi
+  echo "  its last $lines lines:"
   tail -n "$lines" "$log" | sed 's/^/  | /'
 )
 printf '%s\n' "$report"

@@ -27,9 +27,27 @@ def test_a_passing_stage_prints_one_line_and_logs_everything(tmp_path):
 def test_a_failing_stage_keeps_its_status_and_prints_the_tail_of_its_log(tmp_path):
     result = stage(tmp_path, "unit", "for i in $(seq 1 30); do echo line $i; done; exit 3", tail="5")
     assert result.returncode == 3
-    head, *tail = result.stdout.splitlines()
+    head, said, *tail = result.stdout.splitlines()
     assert re.match(r"unit +FAIL +\d+ s  \(exit 3\), whole output in .*/logs/unit\.log", head)
+    assert said == "  its last 5 lines:"
     assert [re.sub(r"^  \| +\d+ ", "", line) for line in tail] == ["line %d" % i for i in range(26, 31)]
+
+
+def test_a_failed_test_is_named_even_when_a_teardown_fills_the_tail(tmp_path):
+    command = ("echo 'tests/fleet/test_x.py::test_long PASSED [ 50%]'; "
+               "echo 'tests/fleet/test_x.py::test_roll FAILED [100%]'; "
+               "echo 'E       AssertionError: cut_sessions 0 != 1'; "
+               "echo 'fatal: [spark-b0]: FAILED! => {\"msg\": \"rank 1 never joined\"}'; "
+               "echo 'FAILED tests/fleet/test_x.py::test_roll - AssertionError'; "
+               "for i in $(seq 1 30); do echo lab: removing $i; done; exit 1")
+    result = stage(tmp_path, "fleettest", command, tail="3")
+    assert result.returncode == 1
+    said = [line[4:] for line in result.stdout.splitlines() if line.startswith("  ! ")]
+    said = [re.sub(r"^ +\d+ ", "", line) for line in said]
+    assert said == ["tests/fleet/test_x.py::test_roll FAILED [100%]", "E       AssertionError: cut_sessions 0 != 1",
+                    'fatal: [spark-b0]: FAILED! => {"msg": "rank 1 never joined"}',
+                    "FAILED tests/fleet/test_x.py::test_roll - AssertionError"]
+    assert result.stdout.splitlines()[-1].endswith("lab: removing 30")
 
 
 def test_a_stage_reads_no_input(tmp_path):
