@@ -3,8 +3,14 @@ local, a fake tp_ranks) with a verify.yml that fails while a marker file says th
 that removes the marker (unless the group is set to crash on every start). No lab; a few seconds a run."""
 
 import json
+import os
 import shutil
+import signal
 import sys
+import threading
+import time
+
+import pytest
 
 from dspark_fleet import cli, locks
 
@@ -144,3 +150,34 @@ def test_reprovision_holds_the_group_lock_while_it_runs(tmp_path, fake_project):
     lock = locks.GroupLock(str(state), "grp_a", "watch")
     assert lock.acquire()                              # released at the end
     lock.release()
+
+
+def stop_after_first_check(state):
+    """SIGTERM to this process (cli.main's handler) once the journal holds a check: the watch is then between rounds."""
+    def poll():
+        journal = state / "journal.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if journal.exists() and '"action": "check"' in journal.read_text():
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.1)
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("rounds,expect", [([], 0), (["--rounds", "5"], 1)])
+def test_a_signal_ends_the_service_with_0_and_a_counted_run_with_its_health(tmp_path, fake_project, rounds, expect):
+    """The service (no --once/--rounds) stopped by systemd ends with 0 even with a broken group, so that a stop leaves
+    the unit inactive, not failed; a counted run keeps its health as its exit code."""
+    copy = project(tmp_path, fake_project)
+    inv = write_inventory(tmp_path / "hosts.yml", {"grp_a": {"fake_crash": True}})
+    (tmp_path / "grp_a.dead").write_text("")
+    thread = stop_after_first_check(tmp_path / "state")
+    code, records = run_watch(tmp_path, copy, inv, "--interval", "60", "--max-restarts", "1",
+                              "--artifacts", str(tmp_path / "art"), *rounds)
+    thread.join(timeout=5)
+    assert code == expect
+    assert records[-1]["action"] == "watch_stop" and records[-1]["reason"] == "interrupted by SIGTERM", records[-1]
+    assert [r["ok"] for r in records if r["action"] == "check"][:1] == [False], records

@@ -476,7 +476,8 @@ def write_marker(artifacts):
 
 
 def run(ctx, args, interrupts, prog):
-    """The `watch` subcommand; exit 0 when every group served at the last round, else 1."""
+    """The `watch` subcommand; exit 0 when every group served at the last round, else 1; 0 when a watch without
+    --once/--rounds is stopped by a signal."""
     write_marker(ctx.artifacts)
     state_dir = locks.state_dir(args.state_dir)
     path = args.journal or journal_mod.default_path(state_dir)
@@ -505,6 +506,10 @@ def run(ctx, args, interrupts, prog):
         watch.record("watch_stop", None, rounds=number, reason=watch.stopper.stop_reason or "done",
                      health=dict(watch.health))
     prog.close()
+    # Run until stopped (the service): a stop by a signal is its normal end, 0, so that `systemctl stop` leaves the
+    # unit inactive, not failed (exit 1 on SIGTERM made every stop and restart of the service a failure).
+    if not rounds and watch.stopper.stop_reason:
+        return 0
     return 0 if watch.health and all(v == "ok" for v in watch.health.values()) else 1
 
 
