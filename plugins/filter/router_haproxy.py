@@ -11,7 +11,7 @@ name: router_haproxy
 short_description: The sections of the router's HAProxy configuration
 version_added: 0.1.0
 description:
-  - The lines of each section of the router role's haproxy.cfg (global, defaults, frontend, backend, and the stats
+  - The lines of each section of the router role's haproxy.cfg (global, defaults, frontend, backend, the exporter and the stats
     page), from the router's settings and its plan (P(dspark.cluster.router_plan#filter)). Internal to the router
     role (its C(templates/haproxy.cfg.j2) prints them); the inputs may change without notice.
   - Fails on a line break or control character in any line (the router's input rules refuse such values first).
@@ -37,7 +37,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: Section name (global, defaults, frontend, backend, stats) -> its lines.
+  description: Section name (global, defaults, frontend, backend, metrics, stats) -> its lines.
   type: dict
 """
 

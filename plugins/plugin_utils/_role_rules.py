@@ -1052,13 +1052,15 @@ _ADDRESS_RE = re.compile(r"^[A-Za-z0-9_.:-]+\Z")
 _LOOPBACK_ADDRESS_RE = re.compile(r"^(127\.|localhost$|::1$|$)")
 _MODEL_RE = re.compile(r"^[A-Za-z0-9_.:/@+-]+\Z")
 _HEADER_RE = re.compile(r"^[A-Za-z0-9-]+\Z")
-ROUTER_PORTS = ("router_port", "router_tls_port", "router_stats_port")
+ROUTER_PORTS = ("router_port", "router_tls_port", "router_stats_port", "router_metrics_port")
 ROUTER_HEALTH = ("router_health_interval", "router_health_fast_interval", "router_health_timeout", "router_health_fall",
                  "router_health_rise", "router_retries")
 ROUTER_LIMITS = ("router_key_rate_limit", "router_key_concurrency_limit", "router_max_body_bytes")
 # Strings written into haproxy.cfg or the systemd drop-in: each must be one word of a strict shape (no line break, space
 # or quote can start another directive).
 ROUTER_WORDS = {
+    "router_metrics_address": (_router_plan.ROUTER_METRICS_ADDRESS_RE, "an IP address or host name",
+                               "an IPv4 or IPv6 address or a host name, e.g. 127.0.0.1"),
     "router_frontend_name": (_router_plan.NAME_RE, "a name", "letters, digits and _ . - only"),
     "router_backend_name": (_router_plan.NAME_RE, "a name", "letters, digits and _ . - only"),
     "router_bind_address": (_router_plan.BIND_RE, "an address to bind to", "an IPv4 or IPv6 address, a host name, * or \"\""),
@@ -1146,8 +1148,8 @@ def _router_listeners(router):
     out = _ranges(router, {var: _int_range(0, 65535) for var in ROUTER_PORTS})
     if out:
         return out
-    port, tls_port, stats_port = (_inputs.as_int(router[var]) for var in ROUTER_PORTS)
-    if None in (port, tls_port, stats_port):
+    port, tls_port, stats_port, metrics_port = (_inputs.as_int(router[var]) for var in ROUTER_PORTS)
+    if None in (port, tls_port, stats_port, metrics_port):
         return []  # the type rule says so
     if port == 0 and not _tls(router):
         out.append(("router_port", 0, "turns plain HTTP off, and TLS is not configured: nothing would listen",
@@ -1157,6 +1159,34 @@ def _router_listeners(router):
     if stats_port > 0 and stats_port in (port, tls_port):
         out.append(("router_stats_port", stats_port, "is also a listener port (router_port or router_tls_port)",
                     "give the stats page its own port, or 0 for none"))
+    if metrics_port > 0 and metrics_port in (port, tls_port, stats_port):
+        out.append(("router_metrics_port", metrics_port, "is also another listener's port (router_port, router_tls_port "
+                    "or router_stats_port)", "give the exporter its own port, or 0 for none"))
+    return out
+
+
+@rule("router.metrics_sources", ["router_metrics_allowed_cidrs", "router_metrics_address"])
+def _router_metrics_sources(router):
+    """router_metrics_allowed_cidrs is a list of IP addresses or networks (HAProxy's ACL reads them); a list on a
+    loopback-only exporter lets nobody in."""
+    cidrs = router["router_metrics_allowed_cidrs"]
+    if cidrs is None:
+        return []
+    if not isinstance(cidrs, (list, tuple)):
+        return [("router_metrics_allowed_cidrs", cidrs, "is not a list", "give a list of addresses or networks, "
+                 "e.g. [\"10.0.0.5/32\"]")]
+    out = []
+    for cidr in cidrs:
+        try:
+            ipaddress.ip_network(str(cidr), strict=False)
+        except ValueError:
+            out.append(("router_metrics_allowed_cidrs", cidr, "is not an IP address or network",
+                        "give addresses or networks such as 10.0.0.5/32 or fd00::/64"))
+    address = router["router_metrics_address"]
+    if cidrs and not out and isinstance(address, str) and _LOOPBACK_ADDRESS_RE.match(address):
+        out.append(("router_metrics_allowed_cidrs", list(cidrs), "lets hosts read the exporter, but "
+                    "router_metrics_address=%s is loopback: they cannot reach it" % address,
+                    "set router_metrics_address to the router's management address, or remove the CIDRs"))
     return out
 
 

@@ -33,13 +33,16 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+\Z")
 FILE_RE = re.compile(r"^/[A-Za-z0-9_./-]+\Z")
 BIND_RE = re.compile(r"^[A-Za-z0-9_.:*-]*\Z")
 HEADER_RE = re.compile(r"^[A-Za-z0-9-]*\Z")
+CIDR_RE = re.compile(r"^[0-9A-Fa-f.:]+(/[0-9]{1,3})?\Z")
 # setting -> the shape its value must have to be written into haproxy.cfg (one word; the input rules say the same).
 WORDS = {
     "router_frontend_name": NAME_RE, "router_backend_name": NAME_RE, "router_bind_address": BIND_RE,
     "router_admin_socket": FILE_RE, "router_state_file": FILE_RE, "tls_pem": FILE_RE, "router_group_header": HEADER_RE,
     "router_health_path": PATH_RE, "router_admin_socket_mode": re.compile(r"^6[06]0\Z"),
     "router_balance": re.compile(r"^(leastconn|roundrobin|random|first)\Z"),
+    "router_metrics_address": re.compile(r"^[A-Za-z0-9_.:-]+\Z"),
 }
+ROUTER_METRICS_ADDRESS_RE = WORDS["router_metrics_address"]
 _UNSAFE_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 # The stick table of the per-key limits: entries (SHA-256 of a key, or of a client address) kept 60 s after their
@@ -173,6 +176,29 @@ def edge(settings):
     return lines
 
 
+def metrics(settings):
+    """HAProxy's built-in Prometheus exporter (USE_PROMEX, in Debian's and Ubuntu's builds) on its own frontend: only
+    GET /metrics, nothing forwarded, nothing logged; from loopback and router_metrics_allowed_cidrs only (the monitor
+    on the router host, the default, needs no CIDR). router_metrics_port 0: none."""
+    port = _number(settings, "router_metrics_port") if "router_metrics_port" in settings else 0
+    if port <= 0:
+        return []
+    sources = ["127.0.0.0/8", "::1"] + [str(c) for c in settings.get("router_metrics_allowed_cidrs") or []]
+    for cidr in sources:
+        if not CIDR_RE.match(cidr):
+            raise ValueError("router_metrics_allowed_cidrs holds %r, not an address or network" % cidr)
+    return [
+        "",
+        "# HAProxy's Prometheus exporter (playbooks/monitoring.yml scrapes it): /metrics only, for the monitor only.",
+        "frontend dspark_metrics",
+        "    bind %s:%d" % (settings["router_metrics_address"], port),
+        "    no log",
+        "    http-request deny deny_status 403 unless { src %s }" % " ".join(sources),
+        "    http-request use-service prometheus-exporter if { path /metrics } METH_GET",
+        "    http-request deny deny_status 404",
+    ]
+
+
 def haproxy(settings, router_plan):
     """The sections of haproxy.cfg (global, defaults, frontend, backend, stats), each a list of indented lines.
 
@@ -250,6 +276,7 @@ def haproxy(settings, router_plan):
                                         fall=_number(settings, "router_health_fall"),
                                         rise=_number(settings, "router_health_rise")),
         ],
+        "metrics": metrics(settings),
         "stats": [] if stats_port <= 0 else [
             "",
             "# Read-only stats page, on loopback only.",

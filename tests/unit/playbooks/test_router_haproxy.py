@@ -195,7 +195,7 @@ def router(tmp_path_factory):
                              router_admin_socket=str(work / "admin.sock"), router_state_file=str(work / "server-state"),
                              router_key_rate_limit=RATE, router_key_concurrency_limit=CONCURRENCY,
                              router_max_body_bytes=BODY, router_health_interval=1, router_health_fast_interval=1,
-                             router_health_rise=1, router_hard_stop_after=5)
+                             router_health_rise=1, router_hard_stop_after=5, router_metrics_port=free_port())
     config = for_the_test_process(render(settings, [{"name": "pair_a", "head": "a0", "address": "127.0.0.1",
                                                      "port": backend.port}]), log=True)
     (work / "haproxy.cfg").write_text(config)
@@ -228,6 +228,23 @@ def test_the_health_check_asks_health_without_a_key_and_marks_the_server_up(rout
     assert checks and all(r["method"] == "GET" and r["path"] == "/health" for r in checks), checks
     assert not any("authorization" in r["headers"] for r in checks), checks
     assert "hdr Authorization" not in router["config"] and "Bearer" not in router["config"]
+
+
+def test_the_exporter_answers_get_metrics_on_its_own_port_only(router):
+    """HAProxy's Prometheus exporter (the monitoring role scrapes it): the backend's servers and state, nothing
+    forwarded; any other path or method 404; the API port keeps answering /metrics with its own 404."""
+    before = len(router["backend"].client_requests())
+    port = router["settings"]["router_metrics_port"]
+    status, headers, body = request(port, "/metrics")
+    text = body.decode()
+    assert status == 200 and headers.get("content-type", "").startswith("text/plain"), (status, headers, text[:300])
+    assert 'haproxy_backend_active_servers{proxy="dspark"} 1' in text, text[:2000]
+    assert 'haproxy_server_status{proxy="dspark",server="pair_a",state="UP"} 1' in text
+    for path, method in (("/", "GET"), ("/metrics/", "GET"), ("/v1/models", "GET"), ("/metrics", "POST")):
+        assert request(port, path, method)[0] == 404, (path, method)
+    assert request(router["port"], "/metrics", key=KEY % "m")[0] == 404
+    assert len(router["backend"].client_requests()) == before
+    assert "frontend dspark_metrics" in router["config"] and "no log" in router["config"]
 
 
 def test_an_allowed_path_is_forwarded_with_its_key(router):
