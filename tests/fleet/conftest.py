@@ -10,6 +10,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+# ansible_collections.dspark.cluster from this checkout (the committed symlink), as in tests/unit/conftest.py.
+sys.path.insert(0, str(HERE.parents[1] / "collections"))
 
 from fleetlab import INVENTORY, ROOT  # noqa: E402  pylint: disable=wrong-import-position
 

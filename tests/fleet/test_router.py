@@ -410,6 +410,10 @@ def test_an_image_that_never_becomes_ready_is_rolled_back_and_the_roll_stops(all
     assert ok, text
 
 
+# Far more than any roll takes: the generation must still be streaming when the roll restarts its group.
+LONG_TOKENS = 60000
+
+
 def long_generation(stream, tokens_wanted):
     """One streamed completion of `tokens_wanted` tokens (ignore_eos; 0.05 s each in the lab) through the router,
     recorded as it goes in `stream` (conn, group, tokens received, complete)."""
@@ -443,13 +447,14 @@ def roll_pair_b(tmp_path, fleet_state, on_timeout, *extra):
 
 
 def test_a_generation_longer_than_the_drain_bound_ends_as_the_options_say(all_back, tmp_path, fleet_state):
-    """#29 item 7: a long generation on each group (6000 tokens, about 5 min: longer than a roll takes to reach the
-    restart, even loaded; leastconn puts one on each group) while pair_b is rolled with a 3 s drain bound, twice.
+    """#29 item 7: a long generation on each group (60000 tokens, about 50 min: it never ends by itself during the
+    test; 6000, 5 min, ended before a loaded CI machine's second roll reached its restart; leastconn puts one on each
+    group) while pair_b is rolled with a 3 s drain bound, twice.
     --on-drain-timeout fail: pair_b goes back into rotation untouched, the roll fails saying why, and its generation
     still streams. Then continue: pair_b is reprovisioned anyway (restart forced), the same generation is cut, and the
     report counts the request left open at the bound. The client closes trio_c's stream at the end."""
     streams = [{"conn": None, "group": None, "tokens": 0, "complete": False} for dummy in range(2)]
-    threads = [threading.Thread(target=long_generation, args=(s, 6000), daemon=True) for s in streams]
+    threads = [threading.Thread(target=long_generation, args=(s, LONG_TOKENS), daemon=True) for s in streams]
     try:
         for thread in threads:
             thread.start()
@@ -471,9 +476,9 @@ def test_a_generation_longer_than_the_drain_bound_ends_as_the_options_say(all_ba
             rotation
         assert "1 request(s) still open at the drain bound" in out, out[-3000:]
         thread.join(timeout=30)
-        assert not thread.is_alive() and not stream["complete"] and 0 < stream["tokens"] < 6000, stream
+        assert not thread.is_alive() and not stream["complete"] and 0 < stream["tokens"] < LONG_TOKENS, stream
         took = time.monotonic() - started
-        print("cut after %d of 6000 tokens; the second roll took %.0f s" % (stream["tokens"], took))
+        print("cut after %d of %d tokens; the second roll took %.0f s" % (stream["tokens"], LONG_TOKENS, took))
         assert ours["trio_c"][1].is_alive()                             # trio_c's was never touched
     finally:
         for stream in streams:

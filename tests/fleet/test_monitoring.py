@@ -1,0 +1,174 @@
+"""The monitoring role on the SIMULATED fleet lab (issue #28): `playbooks/monitoring.yml` installs node_exporter and
+the collection's textfile collector on every host and Prometheus + Alertmanager on the router (the default monitor),
+from the distribution's packages. Then: every scrape target is up (the heads' /metrics through the serve firewall, the
+nodes' exporters through theirs, the router's HAProxy exporter on its loopback), a second run changes nothing, the
+dashboard's queries return series, and a killed worker rank fires DsparkRankMissing and DsparkGroupNotServing (seen
+by Alertmanager) which resolve once the group is started again. The heads run the lab SIMULATOR, whose /metrics
+imitates vLLM 0.32.0's names; the real engine's names are checked by tests/unit/monitoring.
+
+The lab's inventory shortens the scrape and evaluation intervals and the alerts' `for` (group_vars/all.yml).
+Needs the fleet lab up and serving (`make lab-fleet`, then site.yml); every test leaves the groups serving.
+"""
+
+import json
+import re
+import time
+import urllib.parse
+
+import pytest
+
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _monitoring_plan
+
+from fleetlab import GROUPS, HEADS, ROOT, chat, kill_rank, node, playbook, wait_for
+
+MONITOR = "spark-router"
+PROMETHEUS = "http://127.0.0.1:9090"
+ALERTMANAGER = "http://127.0.0.1:9093"
+HOSTS = [h for members in GROUPS.values() for h in members] + [MONITOR]
+# Panels without series in this lab, and why: no supervisor host in the lab's inventory (its journal feeds them), no
+# RDMA device in the lab's containers (the GID index is read from one).
+EMPTY_HERE = {
+    "dspark_supervisor_restarts_in_window": "no supervisor host in the lab inventory",
+    "dspark_supervisor_restart_cap": "no supervisor host in the lab inventory",
+    "dspark_fabric_gid_index": "no RDMA device in the lab's containers",
+    "dspark_fabric_gid_matches": "no RDMA device in the lab's containers",
+}
+
+
+def api(base, path, **params):
+    """GET a Prometheus or Alertmanager API path on the monitor (both listen on its loopback only)."""
+    url = base + path + ("?" + urllib.parse.urlencode(params) if params else "")
+    rc, out, err = node(MONITOR, "curl -sS --max-time 20 %s" % _quote(url), timeout=60)
+    assert rc == 0, (url, err)
+    return json.loads(out)
+
+
+def _quote(text):
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def targets():
+    return api(PROMETHEUS, "/api/v1/targets", state="active")["data"]["activeTargets"]
+
+
+def query(expr):
+    return api(PROMETHEUS, "/api/v1/query", query=expr)["data"]["result"]
+
+
+def firing(name, group):
+    return [a for a in api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
+            if a["labels"].get("alertname") == name and a["labels"].get("dspark_group") == group
+            and a["state"] == "firing"]
+
+
+def in_alertmanager(name, group):
+    return [a for a in api(ALERTMANAGER, "/api/v2/alerts", active="true")
+            if a["labels"].get("alertname") == name and a["labels"].get("dspark_group") == group]
+
+
+def recap_changed(out):
+    return {host: int(n) for host, n in re.findall(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)", out, re.M)}
+
+
+def restore(group):
+    rc, out = playbook("playbooks/serve.yml", "--limit", group)
+    assert rc == 0, out[-3000:]
+
+
+@pytest.fixture(scope="module")
+def monitoring():
+    began = time.monotonic()
+    rc, out = playbook("playbooks/monitoring.yml")
+    print("\nmonitoring.yml, first run: %.0f s" % (time.monotonic() - began))
+    assert rc == 0, out[-5000:]
+    return out
+
+
+def test_every_target_is_up(monitoring):
+    del monitoring
+    for group in GROUPS:
+        chat(group)
+    want = {("prometheus", "127.0.0.1:9090"), ("dspark_router", "127.0.0.1:8405")}
+    want |= {("dspark_vllm", "%s:8888" % address) for address in ("10.232.0.11", "10.232.0.13")}
+
+    def all_up():
+        found = targets()
+        up = {(t["labels"]["job"], t["labels"]["instance"]) for t in found if t["health"] == "up"}
+        nodes = {t["labels"].get("dspark_host") for t in found if t["labels"]["job"] == "dspark_node"
+                 and t["health"] == "up"}
+        return found if want <= up and nodes == set(HOSTS) else None
+
+    found = wait_for(all_up, timeout=180, interval=5)
+    assert found, [(t["labels"]["job"], t["labels"].get("instance"), t["health"], t["lastError"]) for t in targets()]
+    heads = {t["labels"]["dspark_group"]: t["labels"]["dspark_host"] for t in found if t["labels"]["job"] == "dspark_vllm"}
+    assert heads == HEADS
+    # The collector's own facts arrive through node_exporter: every rank's container running, each group serving.
+    assert {r["metric"]["dspark_host"] for r in query("dspark_serve_container_running == 1")} == set(HOSTS) - {MONITOR}
+    assert {r["metric"]["dspark_group"] for r in query("dspark_serve_api_healthy == 1")} == set(GROUPS)
+    # Nothing of the monitor is reachable from the lab host: Prometheus and Alertmanager listen on its loopback.
+    rc, out, err = node(MONITOR, "ss -Hltn")
+    listening = {line.split()[3] for line in out.splitlines()}
+    assert {"127.0.0.1:9090", "127.0.0.1:9093", "127.0.0.1:8405"} <= listening, listening
+    assert not [a for a in listening if a.endswith((":9090", ":9093", ":8405")) and not a.startswith("127.0.0.1:")]
+
+
+def test_a_second_run_changes_nothing(monitoring):
+    del monitoring
+    rc, out = playbook("playbooks/monitoring.yml")
+    assert rc == 0, out[-3000:]
+    changed = recap_changed(out)
+    assert set(changed) == set(HOSTS) and not any(changed.values()), changed
+
+
+def test_every_dashboard_query_returns_series(monitoring):
+    del monitoring
+    for group in GROUPS:
+        for dummy in range(3):
+            assert chat(group)[0]
+    dashboard = json.loads((ROOT / "roles" / "monitoring" / "files" / "dspark-fleet-dashboard.json").read_text())
+    empty = []
+    # Rates need two scrapes after the chats.
+    time.sleep(12)
+    for title, expr in _monitoring_plan.dashboard_expressions(dashboard):
+        names = _monitoring_plan.expression_metrics(expr)
+        result = query(expr.replace("$group", ".*"))
+        if not result and not names & set(EMPTY_HERE):
+            empty.append((title, expr))
+    assert not empty, empty
+
+
+def test_a_killed_worker_fires_the_alerts_and_they_resolve(monitoring):
+    del monitoring
+    group, worker = "pair_b", GROUPS["pair_b"][1]
+    rc, out = kill_rank(worker)
+    assert rc == 0, out
+    killed = time.monotonic()
+    try:
+        fired = wait_for(lambda: firing("DsparkRankMissing", group) and firing("DsparkGroupNotServing", group),
+                         timeout=240, interval=5)
+        took = time.monotonic() - killed
+        print("\nkilled worker -> both alerts firing: %.0f s" % took)
+        assert fired, api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
+        missing = firing("DsparkRankMissing", group)
+        assert {a["labels"]["dspark_host"] for a in missing} >= {worker}, missing
+        assert wait_for(lambda: in_alertmanager("DsparkGroupNotServing", group), timeout=120, interval=5), \
+            api(ALERTMANAGER, "/api/v2/alerts")
+        # The other group is not named.
+        assert not firing("DsparkGroupNotServing", "trio_c")
+    finally:
+        restore(group)
+    resolved = wait_for(lambda: not firing("DsparkRankMissing", group) and not firing("DsparkGroupNotServing", group),
+                        timeout=240, interval=5)
+    print("group restarted -> alerts resolved: %.0f s after the kill" % (time.monotonic() - killed))
+    assert resolved, api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
+    assert chat(group)[0]
+
+
+def test_the_rules_pass_promtool_on_the_monitor(monitoring):
+    del monitoring
+    rc, out, err = node(MONITOR, "promtool check rules /etc/prometheus/dspark-rules.yml && "
+                                 "promtool check config /etc/prometheus/prometheus.yml")
+    assert rc == 0, out + err
+    names = {r["name"] for g in api(PROMETHEUS, "/api/v1/rules")["data"]["groups"] for r in g["rules"]}
+    assert names == set(_monitoring_plan.ALERTS), names
+
