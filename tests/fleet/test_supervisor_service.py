@@ -86,6 +86,8 @@ def controller(tmp_path_factory):
     proc = subprocess.run(["bash", str(ROOT / "lab" / "controller.sh"), CONTROLLER, PROJECT], capture_output=True,
                           text=True, timeout=1200, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # A fresh controller: no service or journal left by an earlier run of this module on the same lab.
+    sh("systemctl disable --now %s 2>/dev/null; rm -rf %s /etc/dspark-fleet" % (UNIT, STATE))
     sh("rm -rf /etc/dspark-watch && install -d -m 0755 /etc/dspark-watch && "
        "cp -r %s/inventories/lab-fleet %s && chmod -R go-w %s" % (PROJECT, WATCHED, WATCHED))
     # The overlay is read after hosts.yml (an inventory directory's files in name order): its host vars win.
@@ -97,7 +99,7 @@ def controller(tmp_path_factory):
     rc, out = install(inventory)
     assert rc == 0, out[-4000:]
     yield inventory
-    rc, out = install(inventory, "-e", "supervisor_service_enabled=false")
+    rc, out = install(inventory, "-e", '{"supervisor_service_enabled": false}')
     assert rc == 0, out[-4000:]
     assert unit_state()["ActiveState"] == "inactive"
 
