@@ -20,9 +20,9 @@ VM_STAGES := $(filter molecule-vmlab,$(MOLECULE_STAGES))
 # by digest) is not a stage since session 15 (CI time; every lab converge runs the role on nodes that have Docker):
 # run it by hand, `make molecule-docker_runtime`.
 CI_SCENARIOS := $(filter-out molecule-docker_runtime $(VM_STAGES),$(MOLECULE_STAGES))
-LANE_FLEET := fleettest sanity
+LANE_FLEET := fleettest
 LANE_PAIR := labtest $(CI_SCENARIOS) unit-playbooks unit-newest lint build
-LANE_VM := $(VM_STAGES) realtest unit-core sanity-newest
+LANE_VM := $(VM_STAGES) realtest unit-core sanity-newest sanity
 TEST_STAGES := setup $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM)
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
 CI_LOGS := tests/output/ci

@@ -2,8 +2,9 @@
 the collection's textfile collector on every host and Prometheus + Alertmanager on the router (the default monitor),
 from the distribution's packages. Then: every scrape target is up (the heads' /metrics through the serve firewall, the
 nodes' exporters through theirs, the router's HAProxy exporter on its loopback), a second run changes nothing, the
-dashboard's queries return series, and a killed worker rank fires DsparkRankMissing and DsparkGroupNotServing (seen
-by Alertmanager) which resolve once the group is started again. The heads run the lab SIMULATOR, whose /metrics
+dashboard's queries return series, and a killed worker rank fires DsparkRankMissing, then (once a request meets the
+dead peer and the head's engine dies) DsparkGroupNotServing, seen by Alertmanager; both resolve once the group is
+started again. The heads run the lab SIMULATOR, whose /metrics
 imitates vLLM 0.32.0's names; the real engine's names are checked by tests/unit/monitoring.
 
 The lab's inventory shortens the scrape and evaluation intervals and the alerts' `for` (group_vars/all.yml).
@@ -32,6 +33,11 @@ EMPTY_HERE = {
     "dspark_supervisor_restart_cap": "no supervisor host in the lab inventory",
     "dspark_fabric_gid_index": "no RDMA device in the lab's containers",
     "dspark_fabric_gid_matches": "no RDMA device in the lab's containers",
+    # Found by this test: the SIMULATOR's /metrics imitates vLLM's TTFT histogram but not these (the real engine's
+    # names are checked by tests/unit/monitoring against vLLM's source). Next: add them to lab/simulator.
+    "vllm:e2e_request_latency_seconds_bucket": "not imitated by the lab SIMULATOR yet",
+    "vllm:inter_token_latency_seconds_bucket": "not imitated by the lab SIMULATOR yet",
+    "vllm:num_preemptions_total": "not imitated by the lab SIMULATOR yet",
 }
 
 
@@ -138,23 +144,29 @@ def test_every_dashboard_query_returns_series(monitoring):
 
 
 def test_a_killed_worker_fires_the_alerts_and_they_resolve(monitoring):
+    """A worker rank killed while its group is idle: the head, like vLLM's, notices only at its next collective, so its
+    /health stays 200 and DsparkRankMissing (the collector sees the container gone) is what fires first. The next
+    request fails, the head's engine dies with it, and DsparkGroupNotServing fires (and reaches Alertmanager). Both
+    resolve once the group is started again; the other group is never named."""
     del monitoring
     group, worker = "pair_b", GROUPS["pair_b"][1]
     rc, out = kill_rank(worker)
     assert rc == 0, out
     killed = time.monotonic()
     try:
-        fired = wait_for(lambda: firing("DsparkRankMissing", group) and firing("DsparkGroupNotServing", group),
-                         timeout=240, interval=5)
-        took = time.monotonic() - killed
-        print("\nkilled worker -> both alerts firing: %.0f s" % took)
+        missing = wait_for(lambda: firing("DsparkRankMissing", group), timeout=180, interval=5)
+        print("\nkilled worker -> DsparkRankMissing firing: %.0f s" % (time.monotonic() - killed))
+        assert missing and {a["labels"]["dspark_host"] for a in missing} >= {worker}, \
+            api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
+        ok, text = chat(group)
+        assert not ok, text                     # the request that meets the dead peer fails; the head dies with it
+        asked = time.monotonic()
+        fired = wait_for(lambda: firing("DsparkGroupNotServing", group), timeout=180, interval=5)
+        print("failed request -> DsparkGroupNotServing firing: %.0f s" % (time.monotonic() - asked))
         assert fired, api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
-        missing = firing("DsparkRankMissing", group)
-        assert {a["labels"]["dspark_host"] for a in missing} >= {worker}, missing
         assert wait_for(lambda: in_alertmanager("DsparkGroupNotServing", group), timeout=120, interval=5), \
             api(ALERTMANAGER, "/api/v2/alerts")
-        # The other group is not named.
-        assert not firing("DsparkGroupNotServing", "trio_c")
+        assert not firing("DsparkGroupNotServing", "trio_c") and not firing("DsparkRankMissing", "trio_c")
     finally:
         restore(group)
     resolved = wait_for(lambda: not firing("DsparkRankMissing", group) and not firing("DsparkGroupNotServing", group),
