@@ -183,4 +183,3 @@ def test_the_rules_pass_promtool_on_the_monitor(monitoring):
     assert rc == 0, out + err
     names = {r["name"] for g in api(PROMETHEUS, "/api/v1/rules")["data"]["groups"] for r in g["rules"]}
     assert names == set(_monitoring_plan.ALERTS), names
-

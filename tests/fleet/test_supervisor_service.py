@@ -56,6 +56,12 @@ def unit_state():
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
+def failed_state():
+    """The unit's state once it is failed, else None."""
+    state = unit_state()
+    return state if state["ActiveState"] == "failed" else None
+
+
 def records():
     rc, out, dummy = node(CONTROLLER, "cat %s/journal.jsonl" % STATE)
     found = []
@@ -147,8 +153,7 @@ def test_a_path_others_can_write_stops_the_service_until_it_is_fixed(controller,
     starts = len([r for r in records() if r.get("action") == "watch_start"])
     sh("chmod o+w %s && systemctl restart %s" % (path, UNIT))
     try:
-        state = wait_for(lambda: (lambda s: s if s["ActiveState"] == "failed" else None)(unit_state()), timeout=120,
-                         interval=2)
+        state = wait_for(failed_state, timeout=120, interval=2)
         assert state, unit_state()
         # Exit 3 (RestartPreventExitStatus): failed for good, no restart scheduled.
         assert (state["SubState"], state["ExecMainStatus"]) == ("failed", "3"), state
