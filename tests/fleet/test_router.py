@@ -105,7 +105,9 @@ def test_config_holds_no_secret_and_the_socket_is_local():
     assert out[2] == "valid"
     config = "\n".join(out[3:])
     assert "stats socket /run/haproxy/admin.sock mode 600 level admin" in config
-    assert "bind 0.0.0.0:8080" in config and config.count("bind ") == 1        # no stats or TCP admin listener
+    # The API and HAProxy's exporter on loopback (router_metrics_port); no stats page or TCP admin listener.
+    binds = sorted(line.strip() for line in config.splitlines() if line.strip().startswith("bind "))
+    assert binds == ["bind 0.0.0.0:8080", "bind 127.0.0.1:8405"], binds
     assert "retry-on conn-failure" in config and "option redispatch 1" in config
     assert "timeout client 1800s" in config and "timeout server 1800s" in config
 
