@@ -1059,7 +1059,7 @@ ROUTER_LIMITS = ("router_key_rate_limit", "router_key_concurrency_limit", "route
 # Strings written into haproxy.cfg or the systemd drop-in: each must be one word of a strict shape (no line break, space
 # or quote can start another directive).
 ROUTER_WORDS = {
-    "router_metrics_address": (_router_plan.ROUTER_METRICS_ADDRESS_RE, "an IP address or host name",
+    "router_metrics_address": (_router_plan.WORDS["router_metrics_address"], "an IP address or host name",
                                "an IPv4 or IPv6 address or a host name, e.g. 127.0.0.1"),
     "router_frontend_name": (_router_plan.NAME_RE, "a name", "letters, digits and _ . - only"),
     "router_backend_name": (_router_plan.NAME_RE, "a name", "letters, digits and _ . - only"),

@@ -42,7 +42,6 @@ WORDS = {
     "router_balance": re.compile(r"^(leastconn|roundrobin|random|first)\Z"),
     "router_metrics_address": re.compile(r"^[A-Za-z0-9_.:-]+\Z"),
 }
-ROUTER_METRICS_ADDRESS_RE = WORDS["router_metrics_address"]
 _UNSAFE_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 # The stick table of the per-key limits: entries (SHA-256 of a key, or of a client address) kept 60 s after their
