@@ -291,36 +291,45 @@ GLOO_PEER_CLOSED = ('[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/p
 # --------------------------------------------------------------------------- /metrics
 
 # The SIMULATOR's /metrics imitates vLLM 0.32.0's exposition (prometheus_client's text format): the names, HELP texts,
-# labels (engine, model_name) and kinds of vllm/v1/metrics/loggers.py, and the TTFT histogram with the bucket bounds of
-# vllm/v1/metrics/buckets.py TIME_TO_FIRST_TOKEN_BUCKETS (plugins/plugin_utils/_monitoring_plan.py cites both; the
-# unit tests compare these bounds with its VLLM_TTFT_BUCKETS). Only a few series; waiting and KV usage stay 0.
+# labels (engine, model_name) and kinds of vllm/v1/metrics/loggers.py, and its histograms with the bucket bounds of
+# vllm/v1/metrics/buckets.py (plugins/plugin_utils/_monitoring_plan.py cites both). tests/unit/plugins/plugin_utils/
+# test_vllm_metrics.py compares every family printed here with a RECORDING of the real engine (make realtest): HELP,
+# TYPE, labels and bounds. Only a few families; waiting, KV usage and preemptions stay 0 (nothing queues here).
+# vllm:request_success_total's label finished_reason: every value, in the order vLLM prints them.
+FINISHED_REASONS = ('stop', 'length', 'abort', 'error', 'repetition')
 METRICS_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                         20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+METRICS_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                       40.0, 80.0)
+METRICS_E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                       480.0, 960.0, 1920.0, 7680.0)
 
 
-class TtftHistogram:
-    """vllm:time_to_first_token_seconds: counts per bucket, their sum and count (thread-safe)."""
+class Histogram:
+    """One vLLM histogram family: counts per bucket, their sum and count (thread-safe)."""
 
-    def __init__(self):
+    def __init__(self, name, text, bounds):
+        self.name, self.text, self.bounds = name, text, bounds
         self.lock = threading.Lock()
-        self.counts = [0] * (len(METRICS_TTFT_BUCKETS) + 1)     # the last one is +Inf
+        self.counts = [0] * (len(bounds) + 1)     # the last one is +Inf
         self.total = 0.0
 
-    def observe(self, seconds):
+    def observe(self, seconds, times=1):
+        """`times` observations of `seconds` (a generation's inter-token gaps are all one token's time here)."""
+        if times < 1:
+            return
         with self.lock:
-            index = next((i for i, bound in enumerate(METRICS_TTFT_BUCKETS) if seconds <= bound),
-                         len(METRICS_TTFT_BUCKETS))
-            self.counts[index] += 1
-            self.total += seconds
+            index = next((i for i, bound in enumerate(self.bounds) if seconds <= bound), len(self.bounds))
+            self.counts[index] += times
+            self.total += seconds * times
 
     def lines(self, labels):
-        name = 'vllm:time_to_first_token_seconds'
+        name = self.name
         with self.lock:
             counts, total = list(self.counts), self.total
-        out = ['# HELP {0} Histogram of time to first token in seconds.'.format(name),
-               '# TYPE {0} histogram'.format(name)]
+        out = ['# HELP {0} {1}'.format(name, self.text), '# TYPE {0} histogram'.format(name)]
         running = 0
-        for bound, count in zip([repr(b) for b in METRICS_TTFT_BUCKETS] + ['+Inf'], counts):
+        for bound, count in zip([repr(b) for b in self.bounds] + ['+Inf'], counts):
             running += count
             out.append('{0}_bucket{{engine="{1}",le="{2}",model_name="{3}"}} {4!r}'.format(
                 name, labels[0], bound, labels[1], float(running)))
@@ -329,7 +338,19 @@ class TtftHistogram:
         return out
 
 
-def metrics_text(model, running, counters, ttft):
+def histograms():
+    """The histograms the SIMULATOR keeps, by role: time to first token, inter-token latency, end-to-end latency."""
+    return {
+        'ttft': Histogram('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.',
+                          METRICS_TTFT_BUCKETS),
+        'itl': Histogram('vllm:inter_token_latency_seconds', 'Histogram of inter-token latency in seconds.',
+                         METRICS_ITL_BUCKETS),
+        'e2e': Histogram('vllm:e2e_request_latency_seconds', 'Histogram of e2e request latency in seconds.',
+                         METRICS_E2E_BUCKETS),
+    }
+
+
+def metrics_text(model, running, counters, hists):
     """The SIMULATOR's /metrics body (vLLM 0.32.0's names and format; see METRICS_TTFT_BUCKETS)."""
     lab = '{{engine="0",model_name="{0}"}}'.format(model)
     lines = ['# dspark-lab vLLM SIMULATOR metrics, not vLLM (they imitate vLLM 0.32.0\'s exposition)']
@@ -337,14 +358,20 @@ def metrics_text(model, running, counters, ttft):
             ('vllm:num_requests_running', 'gauge', 'Number of requests in model execution batches.', running),
             ('vllm:num_requests_waiting', 'gauge', 'Number of requests waiting to be processed.', 0),
             ('vllm:kv_cache_usage_perc', 'gauge', 'KV-cache usage. 1 means 100 percent usage.', 0),
+            ('vllm:num_preemptions_total', 'counter', 'Cumulative number of preemption from the engine.', 0),
             ('vllm:prompt_tokens_total', 'counter', 'Number of prefill tokens processed.', counters['prompt']),
             ('vllm:generation_tokens_total', 'counter', 'Number of generation tokens processed.',
-             counters['generation']),
-            ('vllm:request_success_total', 'counter', 'Count of successfully processed requests.',
-             counters['success'])):
+             counters['generation'])):
         lines += ['# HELP {0} {1}'.format(name, text), '# TYPE {0} {1}'.format(name, kind),
                   '{0}{1} {2!r}'.format(name, lab, float(value))]
-    return '\n'.join(lines + ttft.lines(('0', model))) + '\n'
+    name = 'vllm:request_success_total'     # one series per finished_reason, all five printed as vLLM does
+    lines += ['# HELP {0} Count of successfully processed requests.'.format(name), '# TYPE {0} counter'.format(name)]
+    for reason in FINISHED_REASONS:
+        lines.append('{0}{{engine="0",finished_reason="{1}",model_name="{2}"}} {3!r}'.format(
+            name, reason, model, float(counters.get('success_' + reason, 0))))
+    for key in ('ttft', 'itl', 'e2e'):
+        lines += hists[key].lines(('0', model))
+    return '\n'.join(lines) + '\n'
 
 
 def env_float(name, default):
@@ -745,8 +772,8 @@ class Simulator:
         self.api_proc = 'APIServer'
         self.engine_dead = False
         self.requests_running = 0
-        self.counters = {'prompt': 0, 'generation': 0, 'success': 0}
-        self.ttft = TtftHistogram()
+        self.counters = {'prompt': 0, 'generation': 0}     # and success_<finished_reason>
+        self.hists = histograms()
         self.counter_lock = threading.Lock()
         self.wedge_started = threading.Event()
         self.store_started = None
@@ -1590,7 +1617,7 @@ class Simulator:
                 self.send_json(404, {'detail': 'Not Found'})
 
             def send_metrics(self):
-                body = metrics_text(sim.served[0], sim.requests_running, sim.counters, sim.ttft).encode()
+                body = metrics_text(sim.served[0], sim.requests_running, sim.counters, sim.hists).encode()
                 self.send_response(200)
                 self.send_header('Content-Type', 'text/plain; version=0.0.4')
                 self.send_header('Content-Length', str(len(body)))
@@ -1642,12 +1669,15 @@ class Simulator:
                 with sim.counter_lock:
                     sim.counters['prompt'] += prompt_tokens
                     sim.counters['generation'] += len(out)
-                    sim.counters['success'] += 1
-                if out:     # /metrics: the first token comes after one token's time
-                    sim.ttft.observe(time.monotonic() - started + sim.token_seconds)
+                    sim.counters['success_' + finish] = sim.counters.get('success_' + finish, 0) + 1
+                if out:     # /metrics: the first token comes after one token's time, the others one token apart
+                    sim.hists['ttft'].observe(time.monotonic() - started + sim.token_seconds)
+                    sim.hists['itl'].observe(sim.token_seconds, len(out) - 1)
                 rid = self.headers.get('X-Request-Id') or uuid.uuid4().hex[:16]
                 if body.get('stream'):
-                    return self.stream(chat, rid, model, out, finish)
+                    self.stream(chat, rid, model, out, finish)
+                    sim.hists['e2e'].observe(time.monotonic() - started)
+                    return None
                 if sim.token_seconds:
                     time.sleep(sim.token_seconds * len(out))
                 text = ' '.join(out)
@@ -1669,6 +1699,8 @@ class Simulator:
                                      'choices': [choice], 'service_tier': None, 'system_fingerprint': None,
                                      'usage': usage, 'prompt_logprobs': None, 'prompt_token_ids': None,
                                      'kv_transfer_params': None, 'simulator': True})
+                sim.hists['e2e'].observe(time.monotonic() - started)
+                return None
 
             def stream(self, chat, rid, model, words, finish):
                 self.send_response(200)

@@ -13,6 +13,8 @@ Needs the fleet lab up and serving (`make lab-fleet`, then site.yml); every test
 
 import json
 import re
+import socket
+import subprocess
 import time
 import urllib.parse
 
@@ -20,10 +22,11 @@ import pytest
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _monitoring_plan
 
-from fleetlab import GROUPS, HEADS, ROOT, chat, kill_rank, node, playbook, wait_for
+from fleetlab import GROUPS, HEADS, INVENTORY, ROOT, chat, fleet, kill_rank, node, playbook, report, wait_for
 
 MONITOR = "spark-router"
 PROMETHEUS = "http://127.0.0.1:9090"
+ROUTER_SSH_PORT = 2248                     # spark-router's ansible_port in inventories/lab-fleet/hosts.yml
 ALERTMANAGER = "http://127.0.0.1:9093"
 HOSTS = [h for members in GROUPS.values() for h in members] + [MONITOR]
 # Panels without series in this lab, and why: no supervisor host in the lab's inventory (its journal feeds them), no
@@ -33,11 +36,6 @@ EMPTY_HERE = {
     "dspark_supervisor_restart_cap": "no supervisor host in the lab inventory",
     "dspark_fabric_gid_index": "no RDMA device in the lab's containers",
     "dspark_fabric_gid_matches": "no RDMA device in the lab's containers",
-    # Found by this test: the SIMULATOR's /metrics imitates vLLM's TTFT histogram but not these (the real engine's
-    # names are checked by tests/unit/monitoring against vLLM's source). Next: add them to lab/simulator.
-    "vllm:e2e_request_latency_seconds_bucket": "not imitated by the lab SIMULATOR yet",
-    "vllm:inter_token_latency_seconds_bucket": "not imitated by the lab SIMULATOR yet",
-    "vllm:num_preemptions_total": "not imitated by the lab SIMULATOR yet",
 }
 
 
@@ -47,6 +45,12 @@ def api(base, path, **params):
     rc, out, err = node(MONITOR, "curl -sS --max-time 20 %s" % _quote(url), timeout=60)
     assert rc == 0, (url, err)
     return json.loads(out)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _quote(text):
@@ -132,15 +136,55 @@ def test_every_dashboard_query_returns_series(monitoring):
         for dummy in range(3):
             assert chat(group)[0]
     dashboard = json.loads((ROOT / "roles" / "monitoring" / "files" / "dspark-fleet-dashboard.json").read_text())
-    empty = []
-    # Rates need two scrapes after the chats.
-    time.sleep(12)
-    for title, expr in _monitoring_plan.dashboard_expressions(dashboard):
-        names = _monitoring_plan.expression_metrics(expr)
-        result = query(expr.replace("$group", ".*"))
-        if not result and not names & set(EMPTY_HERE):
-            empty.append((title, expr))
-    assert not empty, empty
+
+    def empty():
+        """The panels' queries without a series (rates need two scrapes after the chats: retried until then)."""
+        out = []
+        for title, expr in _monitoring_plan.dashboard_expressions(dashboard):
+            names = _monitoring_plan.expression_metrics(expr)
+            if not names & set(EMPTY_HERE) and not query(expr.replace("$group", ".*")):
+                out.append((title, expr))
+        return out
+
+    assert wait_for(lambda: not empty(), timeout=90, interval=5), empty()
+
+
+def test_status_reads_the_engines_numbers_from_prometheus(monitoring, tmp_path):
+    """`dspark-fleet status --prometheus` as an operator runs it: through an SSH tunnel to the monitor's loopback
+    Prometheus. Every group's numbers come from Prometheus (not the heads' /metrics), with the TTFT p95 of the chats
+    just sent, and the table shows them."""
+    del monitoring
+    for group in GROUPS:
+        assert chat(group)[0]
+    port = free_port()
+    tunnel = subprocess.Popen(  # pylint: disable=consider-using-with
+        ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "StrictHostKeyChecking=no", "-o",
+         "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-i", str(ROOT / ".lab" / "id_ed25519"),
+         "-p", str(ROUTER_SSH_PORT), "-L", "127.0.0.1:%d:127.0.0.1:9090" % port, "spark@127.0.0.1"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        url = "http://127.0.0.1:%d" % port
+
+        def ttft_known():
+            rc, out = fleet("status", "-i", INVENTORY, "--plain", "--prometheus", url, "--prometheus-window", "2m",
+                            "--artifacts", tmp_path / "status", timeout=600)
+            entries = report(tmp_path / "status" / "report.json")["groups"]
+            done = rc == 0 and all((entries[g].get("metrics") or {}).get("ttft_p95_s") is not None for g in GROUPS)
+            return (out, entries) if done else None
+
+        result = wait_for(ttft_known, timeout=120, interval=10, abort=lambda: tunnel.poll() is not None and (
+            "the SSH tunnel to the monitor ended: %s" % tunnel.stderr.read().decode(errors="replace")))
+        assert result, report(tmp_path / "status" / "report.json")["groups"]
+        out, entries = result
+        for group in GROUPS:
+            numbers = entries[group]["metrics"]
+            assert numbers["source"] == "prometheus" and numbers["window"] == "last 2m", numbers
+            assert numbers["running"] == 0 and numbers["waiting"] == 0 and numbers["kv_cache_usage"] == 0, numbers
+            assert 0 < numbers["ttft_p95_s"] < 5, numbers
+        assert "Prometheus, last 2m" in out, out[-3000:]
+    finally:
+        tunnel.terminate()
+        tunnel.wait(10)
 
 
 def test_a_killed_worker_fires_the_alerts_and_they_resolve(monitoring):

@@ -215,24 +215,70 @@ def _simulator():
     return module
 
 
+def _simulated(sim):
+    hists = sim.histograms()
+    for seconds in [0.03] * 18 + [0.3, 3000.0]:
+        hists["ttft"].observe(seconds)
+    hists["itl"].observe(0.05, 40)
+    hists["itl"].observe(0.05, 0)                                   # a one-token reply has no gap
+    hists["e2e"].observe(1.2)
+    hists["e2e"].observe(9000.0)
+    return sim.metrics_text("tiny-llama", 2, {"prompt": 7, "generation": 9, "success_stop": 19,
+                                                          "success_length": 1}, hists)
+
+
+def _families(parsed):
+    return set(n[:-len("_bucket")] if n.endswith("_bucket") else n for n, dummy, dummy2 in parsed["samples"]
+               if not n.endswith(("_count", "_sum")))
+
+
 def test_the_simulators_metrics_imitate_vllm_0_32_0():
     sim = _simulator()
     assert sim.METRICS_TTFT_BUCKETS == plan.VLLM_TTFT_BUCKETS
-    ttft = sim.TtftHistogram()
-    for seconds in [0.03] * 18 + [0.3, 3000.0]:
-        ttft.observe(seconds)
-    text = sim.metrics_text("tiny-llama", 2, {"prompt": 7, "generation": 9, "success": 20}, ttft)
+    text = _simulated(sim)
     assert "SIMULATOR" in text.splitlines()[0]
     parsed = vm.parse(text)
-    families = set(n[:-len("_bucket")] if n.endswith("_bucket") else n for n, dummy, dummy2 in parsed["samples"]
-                   if not n.endswith(("_count", "_sum")))
+    families = _families(parsed)
     for family in families:            # every family has its HELP and TYPE, of vLLM's kind
         assert family in plan.VLLM_METRICS, family
         assert parsed["types"][family] == plan.VLLM_METRICS[family][3] and parsed["help"][family]
+    # every family the dashboard and the rules read (tests/fleet/test_monitoring.py queries them on the fleet lab)
+    assert families >= {"vllm:e2e_request_latency_seconds", "vllm:inter_token_latency_seconds",
+                        "vllm:num_preemptions_total"}
     out = vm.summary(text)
     assert (out["running"], out["waiting"], out["kv_cache_usage"], out["ttft_requests"]) == (2, 0, 0, 20)
     assert out["ttft_p95_s"] == pytest.approx(0.25 + 0.25 * 1 / 1)   # rank 19: the one in (0.25, 0.5]
     assert [le for le, dummy in _ttft_buckets(text)][:-1] == list(plan.VLLM_TTFT_BUCKETS)
+    samples = dict(((n, labels.get("le")), v) for n, labels, v in parsed["samples"])
+    assert samples[("vllm:inter_token_latency_seconds_bucket", "0.05")] == 40.0
+    assert samples[("vllm:inter_token_latency_seconds_bucket", "0.025")] == 0.0
+    assert samples[("vllm:inter_token_latency_seconds_count", None)] == 40.0
+    assert samples[("vllm:inter_token_latency_seconds_sum", None)] == pytest.approx(2.0)
+    assert samples[("vllm:e2e_request_latency_seconds_bucket", "1.5")] == 1.0
+    assert samples[("vllm:e2e_request_latency_seconds_bucket", "7680.0")] == 1.0      # 9000 s only in +Inf
+    assert samples[("vllm:e2e_request_latency_seconds_bucket", "+Inf")] == 2.0
+    success = dict((labels["finished_reason"], v) for n, labels, v in parsed["samples"] if n == "vllm:request_success_total")
+    assert success == {"stop": 19.0, "length": 1.0, "abort": 0.0, "error": 0.0, "repetition": 0.0}
+
+
+def test_every_family_the_simulator_prints_is_the_real_engines():
+    """Against the RECORDING of real vLLM 0.32.0 (not against our own tables): each family the SIMULATOR prints has the
+    real engine's HELP text, TYPE, label names and, for a histogram, exactly its bucket bounds."""
+    sim = _simulator()
+    mine, real = vm.parse(_simulated(sim)), vm.parse(REAL)
+
+    def shape(parsed, family):
+        labels = set()
+        bounds = []
+        for name, sample_labels, dummy in parsed["samples"]:
+            if name in (family, family + "_bucket", family + "_count", family + "_sum"):
+                labels |= set(sample_labels) - {"le"}
+                if name == family + "_bucket":
+                    bounds.append(sample_labels["le"])
+        return parsed["help"][family], parsed["types"][family], labels, bounds
+
+    for family in sorted(_families(mine)):
+        assert shape(mine, family) == shape(real, family), family
 
 
 def _free_port():
