@@ -29,6 +29,16 @@ run_lane() {
   done
 }
 
+# How busy the machine was meanwhile (tests/ci/cpu_sample.py): its samples in $CI_LOGS/cpu.log, a summary at the end.
+sampler=
+if [[ -n ${CI_LOGS:-} ]] && mkdir -p "$CI_LOGS"; then
+  rm -f "$CI_LOGS/cpu.log"
+  python3 "$here/cpu_sample.py" "$CI_LOGS/cpu.log" "${CI_CPU_INTERVAL:-10}" &
+  sampler=$!
+  # Its header is written once it handles SIGTERM: a stop before that would lose the summary.
+  for _ in $(seq 1 50); do [[ -s $CI_LOGS/cpu.log ]] && break; sleep 0.1; done
+fi
+
 pids=()
 n=0
 for lane; do
@@ -40,4 +50,8 @@ rc=0
 for pid in "${pids[@]}"; do
   wait "$pid" || rc=1
 done
+if [[ -n $sampler ]]; then
+  kill -TERM "$sampler" 2>/dev/null
+  wait "$sampler" 2>/dev/null
+fi
 exit "$rc"

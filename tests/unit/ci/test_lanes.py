@@ -36,7 +36,11 @@ def test_every_lane_runs_its_stages_in_order_and_all_pass(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert [s for s in trace if s.startswith("a")] == ["a1", "a2", "a3"]
     assert [s for s in trace if s.startswith("b")] == ["b1", "b2"]
-    assert sorted(line.split()[0] for line in result.stdout.splitlines()) == ["a1", "a2", "a3", "b1", "b2"]
+    lines = result.stdout.splitlines()
+    assert sorted(line.split()[0] for line in lines if not line.startswith("cpu:")) == ["a1", "a2", "a3", "b1", "b2"]
+    # The CPU sampler ran beside the lanes and said how busy the machine was (tests/ci/cpu_sample.py).
+    assert [line for line in lines if line.startswith("cpu: busy ")] == [lines[-1]], lines
+    assert (tmp_path / "logs" / "cpu.log").read_text().startswith("# seconds busy% iowait% steal%")
 
 
 def test_lanes_run_beside_each_other(tmp_path):
