@@ -154,8 +154,6 @@ def test_status_reads_the_engines_numbers_from_prometheus(monitoring, tmp_path):
     Prometheus. Every group's numbers come from Prometheus (not the heads' /metrics), with the TTFT p95 of the chats
     just sent, and the table shows them."""
     del monitoring
-    for group in GROUPS:
-        assert chat(group)[0]
     port = free_port()
     tunnel = subprocess.Popen(  # pylint: disable=consider-using-with
         ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "StrictHostKeyChecking=no", "-o",
@@ -166,7 +164,9 @@ def test_status_reads_the_engines_numbers_from_prometheus(monitoring, tmp_path):
         url = "http://127.0.0.1:%d" % port
 
         def ttft_known():
-            rc, out = fleet("status", "-i", INVENTORY, "--plain", "--prometheus", url, "--prometheus-window", "2m",
+            for group in GROUPS:               # a request in the window of every try (a loaded CI machine is slow)
+                assert chat(group)[0]
+            rc, out = fleet("status", "-i", INVENTORY, "--plain", "--prometheus", url, "--prometheus-window", "10m",
                             "--artifacts", tmp_path / "status", timeout=600)
             entries = report(tmp_path / "status" / "report.json")["groups"]
             done = rc == 0 and all((entries[g].get("metrics") or {}).get("ttft_p95_s") is not None for g in GROUPS)
@@ -178,10 +178,10 @@ def test_status_reads_the_engines_numbers_from_prometheus(monitoring, tmp_path):
         out, entries = result
         for group in GROUPS:
             numbers = entries[group]["metrics"]
-            assert numbers["source"] == "prometheus" and numbers["window"] == "last 2m", numbers
+            assert numbers["source"] == "prometheus" and numbers["window"] == "last 10m", numbers
             assert numbers["running"] == 0 and numbers["waiting"] == 0 and numbers["kv_cache_usage"] == 0, numbers
             assert 0 < numbers["ttft_p95_s"] < 5, numbers
-        assert "Prometheus, last 2m" in out, out[-3000:]
+        assert "Prometheus, last 10m" in out, out[-3000:]
     finally:
         tunnel.terminate()
         tunnel.wait(10)
