@@ -74,8 +74,8 @@ def main(argv):
                 previous = current
                 samples += 1
                 full += part["busy"] >= 95.0
-                out.write("%d %.1f %.1f %.1f\n" % (time.monotonic() - began, part["busy"], part["iowait"],
-                                                    part["steal"]))
+                elapsed = time.monotonic() - began
+                out.write("%d %.1f %.1f %.1f\n" % (elapsed, part["busy"], part["iowait"], part["steal"]))
                 out.flush()
         except Stop:
             pass

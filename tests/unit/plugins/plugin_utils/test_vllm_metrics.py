@@ -223,8 +223,8 @@ def _simulated(sim):
     hists["itl"].observe(0.05, 0)                                   # a one-token reply has no gap
     hists["e2e"].observe(1.2)
     hists["e2e"].observe(9000.0)
-    return sim.metrics_text("tiny-llama", 2, {"prompt": 7, "generation": 9, "success_stop": 19,
-                                                          "success_length": 1}, hists)
+    counters = {"prompt": 7, "generation": 9, "success_stop": 19, "success_length": 1}
+    return sim.metrics_text("tiny-llama", 2, counters, hists)
 
 
 def _families(parsed):
