@@ -1,5 +1,6 @@
 """tests/ci/cpu_sample.py: /proc/stat's aggregate line, the shares between two samples, the summary, the run."""
 
+import os
 import pathlib
 import signal
 import subprocess
@@ -42,15 +43,48 @@ def test_summary_names_every_share_and_the_saturated_samples():
 
 def test_the_sampler_writes_samples_until_sigterm_and_then_its_summary(tmp_path):
     out = tmp_path / "cpu.log"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "ci" / "cpu_sample.py"), str(out), "0.1"],
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "ci" / "cpu_sample.py"), str(out), "0.1", "0.2"],
                             stdout=subprocess.PIPE, text=True)
     time.sleep(0.6)
     proc.send_signal(signal.SIGTERM)
     stdout, dummy = proc.communicate(timeout=10)
     assert proc.returncode == 0
     lines = out.read_text().splitlines()
-    assert lines[0].startswith("# seconds") and len(lines) >= 3
-    for line in lines[1:]:
+    assert lines[0].startswith("# seconds") and len(lines) >= 4
+    assert lines[-1].startswith("# cpu: most CPU: ")                  # the whole ranking, after the samples
+    for line in lines[1:-1]:
         seconds, busy, iowait, steal = line.split()
         assert 0 <= float(busy) <= 100 and 0 <= float(iowait) <= 100 and 0 <= float(steal) <= 100
-    assert stdout.startswith("cpu: busy ") and "of the samples at 95 % busy or more" in stdout
+    busy, most = stdout.splitlines()
+    assert busy.startswith("cpu: busy ") and "of the samples at 95 % busy or more" in busy
+    assert most.startswith("cpu: most CPU: ")
+
+
+def test_a_process_is_named_by_its_script_and_charged_its_own_and_its_reaped_childrens_time():
+    stat = "4242 (python3) S 1 4242 4242 0 -1 4194560 100 0 0 0 120 30 7 3 20 0 1 0 500 1000 100"
+    assert cpu_sample.process(stat, "/usr/bin/python3\0/work/.venv/bin/ansible-playbook\0-i\0x\0") == (
+        "ansible-playbook", 160)
+    assert cpu_sample.process(stat, "python3\0-u\0-m\0pytest\0") == ("pytest", 160)
+    odd = "77 (qemu-system-x86) R 1 77 77 0 -1 0 0 0 0 0 500 100 0 0 20 0 1 0 1 1 1"
+    assert cpu_sample.process(odd, "qemu-system-x86_64\0-name\0vm\0") == ("qemu-system-x86", 600)
+    spaced = "9 (tmux: server) S 1 9 9 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 1 1 1"
+    assert cpu_sample.process(spaced, "") == ("tmux: server", 10)
+
+
+def test_account_charges_the_time_between_scans_and_new_processes_whole():
+    totals = {}
+    before = {1: ("sshd", 100), 2: ("qemu", 50), 3: ("old", 10)}
+    after = {1: ("sshd", 130), 2: ("qemu", 150), 4: ("ansible-playbook", 40), 3: ("reused", 5)}
+    cpu_sample.account(totals, before, after)
+    assert totals == {"sshd": 30, "qemu": 100, "ansible-playbook": 40, "reused": 5}
+    assert cpu_sample.top(totals, 10, count=2) == "cpu: most CPU: qemu 10 s, ansible-playbook 4 s"
+
+
+def test_scan_reads_this_process():
+    name, ticks = cpu_sample.scan()[os.getpid()]
+    assert ticks >= 0 and name
+
+
+def test_the_kernels_workers_are_one_command():
+    stat = "5 (kworker/0:1-events) I 2 0 0 0 -1 0 0 0 0 0 0 4 0 0 20 0 1 0 1 1 1"
+    assert cpu_sample.process(stat, "") == ("kworker", 4)
