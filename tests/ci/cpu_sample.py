@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How busy the machine was while `make test`'s lanes ran: /proc/stat sampled every INTERVAL seconds until SIGTERM,
 one line per sample in OUT (seconds since start, busy/iowait/steal percent of all CPUs), then two summary lines on
 stdout: the shares, and the commands that used the most CPU (every process's own and its reaped children's time,
