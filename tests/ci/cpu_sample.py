@@ -1,7 +1,7 @@
 """How busy the machine was while `make test`'s lanes ran: /proc/stat sampled every INTERVAL seconds until SIGTERM,
 one line per sample in OUT (seconds since start, busy/iowait/steal percent of all CPUs), then two summary lines on
-stdout: the shares, and the commands that used the most CPU (every process's own and its reaped children's time,
-scanned from /proc every SCAN seconds and summed by command; a node's Ansible modules count for its sshd). Why: CI time
+stdout: the shares, and the commands that used the most CPU (scanned from /proc every SCAN seconds: each process's own
+time by command, and the time of children too short for a scan under "<parent>'s children"). Why: CI time
 on the 2-core machine is decided by whether the lanes wait on each other's CPU or on timers, and by what eats it
 (docs/design-lab.md, CI time).
 
@@ -44,22 +44,27 @@ def summary(first, last, seconds, saturated):
 
 
 def process(stat, cmdline):
-    """(command, CPU ticks) of one process from /proc/PID/stat and /proc/PID/cmdline: its own user and system time and
-    its reaped children's. The command is the kernel's name, or for an interpreter the script it runs."""
+    """(command, own ticks, reaped children's ticks, parent PID) of one process from /proc/PID/stat and
+    /proc/PID/cmdline. The command is the kernel's name, or for an interpreter the script it runs."""
     name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-    ticks = sum(int(v) for v in rest[11:15])          # utime stime cutime cstime (fields 14-17)
+    own, children = int(rest[11]) + int(rest[12]), int(rest[13]) + int(rest[14])    # fields 14-15 and 16-17
     if name.startswith("kworker/"):                    # the kernel's workers, one name per CPU and queue
         name = "kworker"
     args = [a for a in cmdline.split("\0") if a]
     if (name.startswith(("python", "perl")) or name in ("bash", "sh", "dash")) and len(args) > 1:
-        script = next((a for a in args[1:] if not a.startswith("-")), None)
-        if script:
-            name = os.path.basename(script)
-    return name, ticks
+        if "-c" in args:                                # code on the command line: its first word names it
+            code = args[args.index("-c") + 1:] or [""]
+            words = code[0].split()
+            name = "%s -c %s" % (name, os.path.basename(words[0]) if words else "")
+        else:
+            script = next((a for a in args[1:] if not a.startswith("-")), None)
+            if script:
+                name = os.path.basename(script)
+    return name, own, children, int(rest[1])
 
 
 def scan(proc="/proc"):
-    """{pid: (command, ticks)} of every process readable now (those that end meanwhile are skipped)."""
+    """{pid: (command, own, children, ppid)} of every process readable now (those that end meanwhile are skipped)."""
     out = {}
     for entry in os.listdir(proc):
         if entry.isdigit():
@@ -75,12 +80,26 @@ def scan(proc="/proc"):
 
 
 def account(totals, before, after):
-    """Adds to totals[command] the ticks each process used between two scans; one new since the first scan counts
-    whole (it began meanwhile). A reused PID with another command counts as new."""
-    for pid, (name, ticks) in after.items():
-        old = before.get(pid)
-        used = ticks - old[1] if old and old[0] == name and ticks >= old[1] else ticks
-        totals[name] = totals.get(name, 0) + used
+    """Adds the ticks used between two scans: each process's own time to its command; the time of the children it
+    reaped meanwhile, less what earlier scans already charged to them, to "<command>'s children" (processes too short
+    for a scan: a node's Ansible modules under its sshd). A process new since `before` counts whole; a reused PID with
+    another command counts as new. Nothing is charged twice."""
+    alive = dict((pid, info) for pid, info in after.items() if pid in before and before[pid][0] == info[0])
+    charged = {}                  # surviving ancestor -> what was charged to its descendants that ended since
+    for pid, (dummy, own, children, ppid) in before.items():
+        if pid in alive:
+            continue
+        while ppid in before and ppid not in alive:   # up to the nearest ancestor still alive
+            ppid = before[ppid][3]
+        charged[ppid] = charged.get(ppid, 0) + own + children
+    for pid, (name, own, children, dummy) in after.items():
+        old = alive.get(pid) and before[pid]
+        own_used = own - old[1] if old else own
+        reaped = max(0, (children - old[2] if old else children) - charged.get(pid, 0))
+        totals[name] = totals.get(name, 0) + own_used
+        if reaped:
+            key = "%s's children" % name
+            totals[key] = totals.get(key, 0) + reaped
 
 
 def top(totals, hz, count=8):

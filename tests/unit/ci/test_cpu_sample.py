@@ -60,31 +60,41 @@ def test_the_sampler_writes_samples_until_sigterm_and_then_its_summary(tmp_path)
     assert most.startswith("cpu: most CPU: ")
 
 
-def test_a_process_is_named_by_its_script_and_charged_its_own_and_its_reaped_childrens_time():
+def test_a_process_is_named_by_its_script_with_its_own_and_its_reaped_childrens_time():
     stat = "4242 (python3) S 1 4242 4242 0 -1 4194560 100 0 0 0 120 30 7 3 20 0 1 0 500 1000 100"
     assert cpu_sample.process(stat, "/usr/bin/python3\0/work/.venv/bin/ansible-playbook\0-i\0x\0") == (
-        "ansible-playbook", 160)
-    assert cpu_sample.process(stat, "python3\0-u\0-m\0pytest\0") == ("pytest", 160)
+        "ansible-playbook", 150, 10, 1)
+    assert cpu_sample.process(stat, "python3\0-u\0-m\0pytest\0")[0] == "pytest"
+    assert cpu_sample.process(stat, "python3\0-c\0sum(range(9))\0")[0] == "python3 -c sum(range(9))"
+    shell = "8 (bash) S 1 8 8 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 1 1 1"
+    assert cpu_sample.process(shell, "bash\0-c\0/usr/bin/make -C x test; exit $rc\0")[0] == "bash -c make"
+    assert cpu_sample.process(shell, "bash\0tests/ci/lanes.sh\0a b\0")[0] == "lanes.sh"
     odd = "77 (qemu-system-x86) R 1 77 77 0 -1 0 0 0 0 0 500 100 0 0 20 0 1 0 1 1 1"
-    assert cpu_sample.process(odd, "qemu-system-x86_64\0-name\0vm\0") == ("qemu-system-x86", 600)
-    spaced = "9 (tmux: server) S 1 9 9 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 1 1 1"
-    assert cpu_sample.process(spaced, "") == ("tmux: server", 10)
+    assert cpu_sample.process(odd, "qemu-system-x86_64\0-name\0vm\0") == ("qemu-system-x86", 600, 0, 1)
+    spaced = "9 (tmux: server) S 7 9 9 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 1 1 1"
+    assert cpu_sample.process(spaced, "") == ("tmux: server", 10, 0, 7)
 
 
-def test_account_charges_the_time_between_scans_and_new_processes_whole():
+def test_account_charges_own_time_and_short_childrens_time_once():
     totals = {}
-    before = {1: ("sshd", 100), 2: ("qemu", 50), 3: ("old", 10)}
-    after = {1: ("sshd", 130), 2: ("qemu", 150), 4: ("ansible-playbook", 40), 3: ("reused", 5)}
+    before = {1: ("sshd", 100, 0, 0), 2: ("qemu", 50, 0, 0), 3: ("old", 10, 0, 1),
+              10: ("bash", 5, 20, 1), 11: ("python3", 30, 0, 10), 12: ("python3", 8, 0, 11)}
+    # 10's subtree ended (its python3 and that one's child too) and sshd reaped it: sshd's children grew by the
+    # subtree's final time, 5+20+(30+2)+(8+1) = 66, of which 5+20+30+8 = 63 were charged by earlier scans; "old"
+    # (10, all charged) ended too and its PID was reused; 50 are of children no scan saw.
+    after = {1: ("sshd", 130, 66 + 10 + 50, 0), 2: ("qemu", 150, 0, 0), 4: ("ansible-playbook", 40, 7, 1),
+             3: ("reused", 5, 0, 1)}
     cpu_sample.account(totals, before, after)
-    assert totals == {"sshd": 30, "qemu": 100, "ansible-playbook": 40, "reused": 5}
-    assert cpu_sample.top(totals, 10, count=2) == "cpu: most CPU: qemu 10 s, ansible-playbook 4 s"
+    assert totals == {"sshd": 30, "sshd's children": 3 + 50, "qemu": 100, "ansible-playbook": 40,
+                      "ansible-playbook's children": 7, "reused": 5}
+    assert cpu_sample.top(totals, 10, count=2) == "cpu: most CPU: qemu 10 s, sshd's children 5 s"
 
 
 def test_scan_reads_this_process():
-    name, ticks = cpu_sample.scan()[os.getpid()]
-    assert ticks >= 0 and name
+    name, own, children, ppid = cpu_sample.scan()[os.getpid()]
+    assert own > 0 and children >= 0 and name and ppid == os.getppid()
 
 
 def test_the_kernels_workers_are_one_command():
     stat = "5 (kworker/0:1-events) I 2 0 0 0 -1 0 0 0 0 0 0 4 0 0 20 0 1 0 1 1 1"
-    assert cpu_sample.process(stat, "") == ("kworker", 4)
+    assert cpu_sample.process(stat, "") == ("kworker", 4, 0, 2)
