@@ -3,8 +3,9 @@
 # order through tests/ci/stage.sh; the lanes run beside each other. A lane stops at its first failed stage and
 # names the stages it skipped; the other lanes run to their end, so one run reports every failing lane.
 # Exit status 0 only when every stage of every lane passed.
-# Why lanes: most stages are one Ansible controller or one QEMU guest waiting on another process, so on a
-# 2-core machine the pair lab, the fleet lab and the VM lab (separate containers, networks and VMs) overlap well.
+# Why lanes: the pair lab, the fleet lab and the VM lab (separate containers, networks and VMs) can overlap, and
+# timer-bound waits of one lane fill with another's work. On the 2-core CI machine they keep both cores about 96 %
+# busy (session 20's sampler): the run's length follows its total CPU, not the balance of the lanes.
 # Usage: lanes.sh "STAGE STAGE..." ["STAGE..." ...]    (env: MAKE, CI_LOGS, CI_TAIL as in stage.sh)
 set -uo pipefail
 
