@@ -369,8 +369,8 @@ def metrics_text(model, running, counters, hists):
     for reason in FINISHED_REASONS:
         lines.append('{0}{{engine="0",finished_reason="{1}",model_name="{2}"}} {3!r}'.format(
             name, reason, model, float(counters.get('success_' + reason, 0))))
-    for key in ('ttft', 'itl', 'e2e'):
-        lines += hists[key].lines(('0', model))
+    for hist in hists.values():
+        lines += hist.lines(('0', model))
     return '\n'.join(lines) + '\n'
 
 

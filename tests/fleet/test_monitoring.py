@@ -19,6 +19,7 @@ import time
 import urllib.parse
 
 import pytest
+import yaml
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _monitoring_plan
 
@@ -26,7 +27,6 @@ from fleetlab import GROUPS, HEADS, INVENTORY, ROOT, chat, fleet, kill_rank, nod
 
 MONITOR = "spark-router"
 PROMETHEUS = "http://127.0.0.1:9090"
-ROUTER_SSH_PORT = 2248                     # spark-router's ansible_port in inventories/lab-fleet/hosts.yml
 ALERTMANAGER = "http://127.0.0.1:9093"
 HOSTS = [h for members in GROUPS.values() for h in members] + [MONITOR]
 # Panels without series in this lab, and why: no supervisor host in the lab's inventory (its journal feeds them), no
@@ -155,10 +155,11 @@ def test_status_reads_the_engines_numbers_from_prometheus(monitoring, tmp_path):
     just sent, and the table shows them."""
     del monitoring
     port = free_port()
+    ssh_port = yaml.safe_load(INVENTORY.read_text())["all"]["children"]["dspark_router"]["hosts"][MONITOR]["ansible_port"]
     tunnel = subprocess.Popen(  # pylint: disable=consider-using-with
         ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "StrictHostKeyChecking=no", "-o",
          "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-i", str(ROOT / ".lab" / "id_ed25519"),
-         "-p", str(ROUTER_SSH_PORT), "-L", "127.0.0.1:%d:127.0.0.1:9090" % port, "spark@127.0.0.1"],
+         "-p", str(ssh_port), "-L", "127.0.0.1:%d:127.0.0.1:9090" % port, "spark@127.0.0.1"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         url = "http://127.0.0.1:%d" % port
