@@ -7,10 +7,10 @@ ALL_SCENARIOS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard extensions/mol
 SCENARIOS := $(filter default,$(ALL_SCENARIOS)) $(filter-out default,$(ALL_SCENARIOS))
 MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
 # The stages of `make test`: each a target of this Makefile, run through tests/ci/stage.sh, in three lanes that run
-# beside each other (tests/ci/lanes.sh), each a lab's long stage first and then controller-only stages, so that the
-# lanes take about as long as each other: the fleet lab, then the unit tests (but the playbook runs), lint and sanity;
-# the pair lab (its checks, the scenarios but vmlab and docker_runtime), then the unit tests that run playbooks and the
-# build; the VM lab, then the real-engine lab (converged on the newest ansible-core) and sanity on the newest core.
+# beside each other (tests/ci/lanes.sh), each a lab's long stage first: the fleet lab; the pair lab (its checks, the
+# scenarios but vmlab and docker_runtime), then the unit tests that run playbooks, the plugins' on the newest core,
+# lint and the build; the VM lab, then the execution environment (built, checked, and run by realtest), the
+# real-engine lab (converged on the newest ansible-core), the other unit tests and sanity on both cores.
 # Stage times and the cuts that keep the run under
 # 90 minutes on the 2-core CI machine: docs/design-lab.md (CI time). lint-newest is not a stage (CI time); run it
 # by hand when the newest core changes.
@@ -22,7 +22,7 @@ VM_STAGES := $(filter molecule-vmlab,$(MOLECULE_STAGES))
 CI_SCENARIOS := $(filter-out molecule-docker_runtime $(VM_STAGES),$(MOLECULE_STAGES))
 LANE_FLEET := fleettest
 LANE_PAIR := labtest $(CI_SCENARIOS) unit-playbooks unit-newest lint build
-LANE_VM := $(VM_STAGES) realtest unit-core sanity-newest sanity
+LANE_VM := $(VM_STAGES) ee realtest unit-core sanity-newest sanity
 TEST_STAGES := setup $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM)
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
 CI_LOGS := tests/output/ci
@@ -146,13 +146,14 @@ converge-newest: prereqs-lab venv $(NEWEST_VENV)/.installed
 	  $(MAKE) --no-print-directory lab-down; exit $$rc
 
 # The REAL-ENGINE pair (make lab-real): real_pair converged twice with the newest ansible-core (the converge and
-# idempotence of issue #15 point 1; the second run changed=0), then tests/real/test_real_engine.py (real vLLM: the
-# proof, chat through the OpenAI client, the leak sweep, a killed worker brought back by dspark-fleet watch, stop); the
+# idempotence of issue #15 point 1; the second run changed=0), then playbooks/status.yml inside the execution
+# environment (tests/real/test_real_ee.py) and tests/real/test_real_engine.py (real vLLM: the proof, chat through the OpenAI client, the leak sweep, a killed worker brought back by dspark-fleet watch, stop); the
 # lab is taken down afterwards. sim_pair and the router stay bare here (CI time): they serve realtest-roll.
-realtest: prereqs-lab venv $(SIM_TAR) $(NEWEST_VENV)/.installed
+realtest: prereqs-lab venv $(SIM_TAR) $(NEWEST_VENV)/.installed ee-image
 	bash lab/real.sh up
 	$(BIN)/python tests/ci/converge_twice.py $(NEWEST_VENV)/bin/ansible-playbook $(LAB_REAL) site.yml --limit real_pair && \
-	  DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q -s tests/real/test_real_engine.py; rc=$$?; bash lab/real.sh down; exit $$rc
+	  DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q -s tests/real/test_real_ee.py tests/real/test_real_engine.py; rc=$$?; \
+	  bash lab/real.sh down; exit $$rc
 
 # Not in `make test`: the whole real-engine lab (real_pair, the simulated sim_pair, the router) converged, then the
 # real group rolled through the router under load (tests/real/test_real_roll.py); the lab is taken down afterwards.
@@ -175,6 +176,17 @@ vmlabtest: venv
 
 build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path $(VENV)/build .
+
+# The execution environment for AWX/AAP (docs/awx.md): `ee-image` builds dspark-ee:latest from a base image made
+# here (tools/ee/build.sh: debootstrap + docker import, no registry; seconds when nothing changed), `ee` also runs
+# its smoke check (tools/ee/check.sh). realtest runs playbooks/status.yml inside it against the real-engine pair.
+.PHONY: ee ee-image
+ee-image: prereqs-lab venv
+	bash lab/lab.sh engine
+	bash tools/ee/build.sh
+
+ee: ee-image
+	bash tools/ee/check.sh
 
 molecule: venv
 	@for s in $(SCENARIOS); do \

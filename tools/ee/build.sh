@@ -65,6 +65,17 @@ else
 fi
 log "tarball: $(du -h "$work/dist/dspark-cluster.tar.gz" | cut -f1), $(tar -tzf "$work/dist/dspark-cluster.tar.gz" | wc -l) entries"
 
+# The PyPI `ansible` wheel of requirements.txt's pin, for the galaxy stage's collections (execution-environment.yml):
+# downloaded here, where pip's cache usually holds it already (the venv installed it), not again inside the build.
+ansible_pin=$(sed -n 's/^ansible==//p' "$repo/requirements.txt")
+pip=$repo/.venv/bin/pip
+[[ -x $pip ]] || pip=$(command -v pip3) || die "pip not found (make venv)"
+mkdir -p "$work/ansible-wheel"
+find "$work/ansible-wheel" -name 'ansible-*.whl' ! -name "ansible-$ansible_pin-py3-none-any.whl" -delete
+"$pip" download -q --no-deps --only-binary=:all: -d "$work/ansible-wheel" "ansible==$ansible_pin" \
+  || die "pip download ansible==$ansible_pin"
+log "ansible $ansible_pin wheel: $(du -h "$work/ansible-wheel/ansible-$ansible_pin-py3-none-any.whl" | cut -f1)"
+
 log "ansible-builder $("$builder" --version) build -t $image:$version -t $image:latest (context $work/context)"
 rm -rf "$work/context"
 previous=$(docker image inspect -f '{{ .Id }}' "$image:latest" 2>/dev/null || true)

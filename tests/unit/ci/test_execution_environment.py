@@ -100,9 +100,11 @@ def test_pins_match_requirements_txt():
         assert want.get(name) == version, f"{name}=={version} in the EE, {want.get(name)} in requirements.txt"
     # The collections of galaxy.yml's dependencies come from the PyPI `ansible` package requirements.txt pins.
     steps = " ".join(ee["additional_build_steps"]["prepend_galaxy"])
-    assert f"ansible=={want['ansible']} " in steps
+    wheel = f"ansible-{want['ansible']}-py3-none-any.whl"
+    assert f"/tmp/ansible-wheel/{wheel} " in steps
+    assert [f["src"] for f in ee["additional_build_files"] if f["src"].endswith(".whl")] == [f".lab/ee/ansible-wheel/{wheel}"]
     for collection in load(ROOT / "galaxy.yml")["dependencies"]:
-        assert collection.replace(".", "/") in steps, f"{collection} (galaxy.yml) is not copied into the image"
+        assert f" {collection} " in steps + " ", f"{collection} (galaxy.yml) is not copied into the image"
 
 
 def test_bindep_names_are_known_debian_packages():
