@@ -3,7 +3,8 @@ ansible-navigator and AWX's execution nodes run a job: the venv's ansible-runner
 container of `dspark-ee:latest` (built by `make ee` from a base image made on this machine), and ansible-core,
 dspark.cluster and its collections come from the image, not from this checkout.
 
-What it proves beyond tools/ee/check.sh (which has no node): SSH from the image to serving nodes with become, the
+What it proves beyond tools/ee/check.sh (which has no node): SSH from the image to serving nodes with become, the key
+handed over as AWX hands a machine credential's (ssh-agent), the
 collection's roles and filters from the image against real vLLM, no prompt, and the report as the job's artifact
 (set_stats in playbook_on_stats, where AWX keeps it), checked against docker on the nodes.
 """
@@ -39,6 +40,11 @@ def test_status_runs_inside_the_execution_environment(tmp_path):
     # the lab's pins (registry, model, key) from its state directory, mounted read-only.
     (pd / "env" / "envvars").write_text(json.dumps({
         "ANSIBLE_COLLECTIONS_PATH": "/usr/share/ansible/collections", "DSPARK_LAB_STATE": "/lab-state"}))
+    # The key as AWX's machine credential hands it over: env/ssh_key, loaded into ssh-agent in the container (a
+    # fifo, never a file there); the inventory's key file is pointed away so that only the agent can log in.
+    (pd / "env" / "ssh_key").write_text((STATE / "id_ed25519").read_text())
+    (pd / "env" / "ssh_key").chmod(0o600)
+    (pd / "env" / "extravars").write_text(json.dumps({"ansible_ssh_private_key_file": "/nonexistent/id_ed25519"}))
     inventory = "/runner/project/" + str(INVENTORY.relative_to(ROOT))
     argv = [BIN / "ansible-runner", "run", pd, "-p", "playbooks/status.yml", "--ident", IDENT,
             "--inventory", inventory, "--limit", GROUP,
@@ -52,9 +58,10 @@ def test_status_runs_inside_the_execution_environment(tmp_path):
     status = (artifacts / "status").read_text() if (artifacts / "status").is_file() else "none"
     assert proc.returncode == 0 and status == "successful", (status, proc.stdout[-4000:] + proc.stderr[-2000:])
 
-    # It ran in the image: the runner's command is docker's, with the image.
+    # It ran in the image: the runner's command is docker's, with the image, under ssh-agent.
     command = json.loads((artifacts / "command").read_text())["command"]
     assert command[:2] == ["docker", "run"] and IMAGE in command, command
+    assert command[command.index(IMAGE) + 1] == "ssh-agent", command
 
     events = [json.loads(p.read_text()) for p in sorted((artifacts / "job_events").glob("*.json"))]
     start = [e["event_data"] for e in events if e["event"] == "playbook_on_start"]
