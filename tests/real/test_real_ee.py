@@ -12,6 +12,7 @@ collection's roles and filters from the image against real vLLM, no prompt, and 
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 
 from reallab import BIN, GROUP, HEAD, INVENTORY, KEYS, MODEL_NAME, ROOT, STATE, WORKER, node
@@ -45,9 +46,10 @@ def test_status_runs_inside_the_execution_environment(tmp_path):
     (pd / "env" / "ssh_key").write_text((STATE / "id_ed25519").read_text())
     (pd / "env" / "ssh_key").chmod(0o600)
     (pd / "env" / "extravars").write_text(json.dumps({"ansible_ssh_private_key_file": "/nonexistent/id_ed25519"}))
-    inventory = "/runner/project/" + str(INVENTORY.relative_to(ROOT))
+    # The inventory where AWX puts a job's: <private data dir>/inventory (hosts.yml and its group_vars).
+    shutil.copytree(INVENTORY.parent, pd / "inventory")
     argv = [BIN / "ansible-runner", "run", pd, "-p", "playbooks/status.yml", "--ident", IDENT,
-            "--inventory", inventory, "--limit", GROUP,
+            "--limit", GROUP,
             "--process-isolation", "--process-isolation-executable", "docker", "--container-image", IMAGE,
             # The nodes' SSH ports are published on this machine's loopback.
             "--container-option=--network=host", "--container-option=--name=dspark-ee-realtest",
@@ -71,6 +73,7 @@ def test_status_runs_inside_the_execution_environment(tmp_path):
     assert sorted(stats[0]["ok"]) == sorted([HEAD, WORKER]) and not stats[0]["failures"] and not stats[0]["dark"]
 
     report = stats[0]["artifact_data"]["dspark_status"]
+    print(json.dumps(report, indent=1))
     assert list(report) == [GROUP], report
     group = report[GROUP]
     assert group["serving"] is True and group["first_failure"] is None, group
@@ -80,9 +83,11 @@ def test_status_runs_inside_the_execution_environment(tmp_path):
         assert container["state"] == "running", (host, container)
         assert container["image"] == image_id(host), (host, container)
 
-    # No serving key in anything the job left (the /v1/models request carries one).
-    for path in pathlib.Path(pd).rglob("*"):
-        if path.is_file():
+    # No serving key in the job's output or anything it left (the /v1/models request carries one).
+    for key in KEYS:
+        assert key not in proc.stdout + proc.stderr, "serving key in the runner's output"
+    for path in artifacts.rglob("*"):
+        if path.is_file() and not path.is_fifo():
             text = path.read_text(errors="replace")
             for key in KEYS:
                 assert key not in text, f"serving key in {path}"
