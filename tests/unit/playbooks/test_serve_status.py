@@ -68,3 +68,18 @@ def test_no_first_failure_when_the_containers_cannot_tell(tmp_path):
     assert rc != 0
     assert "group pair is not serving: states spark-head=exited (1), spark-r1=exited (1);" in out, out[-3000:]
     assert "failed first:" not in out
+
+
+def test_the_group_status_reaches_the_job_artifacts_before_the_failure(tmp_path, monkeypatch):
+    """set_stats (AWX's job artifacts, ansible-runner's playbook_on_stats) carries the failed group too: it is handed
+    over before the assert that fails the run."""
+    monkeypatch.setenv("ANSIBLE_SHOW_CUSTOM_STATS", "1")
+    rc, out = status(tmp_path, {
+        "spark-head": "running 0 0 %s false 0001-01-01T00:00:00Z" % IMAGE,
+        "spark-r1": "exited 137 0 %s false 2026-12-01T16:07:19.2048Z" % IMAGE})
+    assert rc != 0
+    stats = out[out.index("CUSTOM STATS:"):]
+    # ansible.cfg's callback_result_format = yaml, whitespace collapsed.
+    assert "RUN: dspark_status: pair:" in stats, stats
+    assert "serving: false" in stats and "first_failure: ended: true exit_code: '137'" in stats, stats
+    assert "host: spark-r1 killed: true" in stats, stats
