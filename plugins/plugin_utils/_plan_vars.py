@@ -44,7 +44,8 @@ is_secret = _role_rules.is_secret
 
 def _load(path):
     with open(path, encoding="utf-8") as handle:
-        return yaml.safe_load(handle) or {}
+        # Every forked worker that checks a role's inputs reads all the roles' files once (0.37 s pure Python, 0.04 s).
+        return yaml.load(handle, Loader=_role_rules.SAFE_LOADER) or {}  # nosec B506: a safe loader
 
 
 def load_specs(roles_dir, roles=SPEC_ROLES):
