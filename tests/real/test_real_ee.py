@@ -11,7 +11,6 @@ collection's roles and filters from the image against real vLLM, no prompt, and 
 
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 

@@ -3,7 +3,7 @@ meta/execution-environment.yml and tools/ee/ (docs/awx.md).
 
 Static checks of the files, the apt-get shim against a fake apt-get, and `ansible-builder create` (no container
 runtime) when ansible-builder is installed: in the venv, or where ANSIBLE_BUILDER points. Building and running the
-image is tools/ee/build.sh and tools/ee/check.sh (not part of this suite: minutes and Docker).
+image is tools/ee/build.sh and tools/ee/check.sh (`make ee`; realtest runs playbooks/status.yml inside the image).
 """
 
 import fnmatch
@@ -14,6 +14,8 @@ import shutil
 import subprocess
 import sys
 
+import zipfile
+
 import pytest
 import yaml
 
@@ -23,6 +25,7 @@ META = ROOT / "meta" / "execution-environment.yml"
 BINDEP = ROOT / "bindep.txt"
 SHIM = ROOT / "tools" / "ee" / "apt-get-ee"
 BASE_IMAGE = "dspark-ee-base:trixie"
+UNPACK = ROOT / "tools" / "ee" / "unpack_collections.py"
 
 # Every package bindep.txt names for Debian, and what the controller uses it for. A Debian package name that is not
 # in this table fails the test: add it here after checking it exists in trixie (apt-cache show NAME).
@@ -207,3 +210,47 @@ def test_ansible_builder_create_makes_the_expected_context(tmp_path):
     assert (build / "bindep.txt").read_text() == BINDEP.read_text()
     assert (build / "requirements.yml").is_file() and (build / "requirements.txt").is_file()
     assert "--user-bindep=bindep.txt" in dockerfile and "--user-pip=requirements.txt" in dockerfile
+
+
+def fake_wheel(path, members):
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, (data, mode) in members.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = mode << 16
+            wheel.writestr(info, data)
+    return path
+
+
+def unpack(*args):
+    return subprocess.run([sys.executable, str(UNPACK), *map(str, args)], capture_output=True, text=True, check=False)
+
+
+def test_unpack_takes_only_the_named_collections_with_their_modes(tmp_path):
+    wheel = fake_wheel(tmp_path / "ansible-1.0.0-py3-none-any.whl", {
+        "ansible_collections/community/docker/plugins/modules/docker_image.py": (b"# module", 0o644),
+        "ansible_collections/community/docker/tests/run.sh": (b"#!/bin/sh", 0o755),
+        "ansible_collections/community/dockerx/README.md": (b"not this one", 0o644),
+        "ansible_collections/ansible/posix/MANIFEST.json": (b"{}", 0o644),
+        "ansible_collections/amazon/aws/MANIFEST.json": (b"{}", 0o644),
+        "ansible-1.0.0.dist-info/METADATA": (b"", 0o644),
+    })
+    dest = tmp_path / "collections"
+    r = unpack(wheel, dest, "community.docker", "ansible.posix")
+    assert r.returncode == 0, r.stderr
+    assert "ansible.posix (1 files), community.docker (2 files)" in r.stdout
+    files = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert files == ["ansible_collections/ansible/posix/MANIFEST.json",
+                     "ansible_collections/community/docker/plugins/modules/docker_image.py",
+                     "ansible_collections/community/docker/tests/run.sh"]
+    assert (dest / "ansible_collections/community/docker/tests/run.sh").stat().st_mode & 0o777 == 0o755
+    assert (dest / "ansible_collections/ansible/posix/MANIFEST.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_unpack_fails_on_a_missing_collection_and_an_unsafe_member(tmp_path):
+    wheel = fake_wheel(tmp_path / "a.whl", {"ansible_collections/ansible/posix/x.py": (b"", 0o644)})
+    r = unpack(wheel, tmp_path / "out", "ansible.posix", "ansible.utils")
+    assert r.returncode != 0 and "holds no collection ansible.utils" in r.stderr
+    wheel = fake_wheel(tmp_path / "b.whl", {"ansible_collections/ansible/posix/../../../../evil": (b"", 0o644)})
+    r = unpack(wheel, tmp_path / "out2", "ansible.posix")
+    assert r.returncode != 0 and "unsafe member" in r.stderr
+    assert not (tmp_path / "evil").exists()
