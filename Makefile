@@ -147,8 +147,9 @@ converge-newest: prereqs-lab venv $(NEWEST_VENV)/.installed
 
 # The REAL-ENGINE pair (make lab-real): real_pair converged twice with the newest ansible-core (the converge and
 # idempotence of issue #15 point 1; the second run changed=0), then playbooks/status.yml inside the execution
-# environment (tests/real/test_real_ee.py) and tests/real/test_real_engine.py (real vLLM: the proof, chat through the OpenAI client, the leak sweep, a killed worker brought back by dspark-fleet watch, stop); the
-# lab is taken down afterwards. sim_pair and the router stay bare here (CI time): they serve realtest-roll.
+# environment (tests/real/test_real_ee.py) and tests/real/test_real_engine.py (real vLLM: the proof, chat through the
+# OpenAI client, the leak sweep, a killed worker brought back by dspark-fleet watch, stop); the lab is taken down
+# afterwards. sim_pair and the router stay bare here (CI time): they serve realtest-roll.
 realtest: prereqs-lab venv $(SIM_TAR) $(NEWEST_VENV)/.installed ee-image
 	bash lab/real.sh up
 	$(BIN)/python tests/ci/converge_twice.py $(NEWEST_VENV)/bin/ansible-playbook $(LAB_REAL) site.yml --limit real_pair && \
