@@ -14,14 +14,14 @@ import os
 import shutil
 import subprocess
 
-from reallab import BIN, GROUP, HEAD, INVENTORY, KEYS, MODEL_NAME, ROOT, STATE, WORKER, node
+from reallab import BIN, CONTAINER, GROUP, HEAD, INVENTORY, KEYS, MODEL_NAME, ROOT, STATE, WORKER, node
 
 IMAGE = os.environ.get("DSPARK_EE_IMAGE", "dspark-ee") + ":latest"
 IDENT = "ee-status"
 
 
 def image_id(host):
-    rc, out = node(host, "docker inspect --format '{{.Image}}' dspark-vllm")
+    rc, out = node(host, "docker inspect --format '{{.Image}}' %s" % CONTAINER)
     assert rc == 0, out
     return out.strip()
 
