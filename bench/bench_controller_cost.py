@@ -4,13 +4,16 @@ the ssh ControlMaster processes they start) for a no-op site.yml and for a force
 groups (200 nodes) from the per-host cost measured.
 
 Needs both labs converged: `make lab` and `make lab-fleet`, then site.yml once on each (this script converges each
-once more, untimed). BENCH_RUNS no-op runs each (median taken); BENCH_SETTINGS=name (see SETTINGS) measures one set of
-controller settings. Result: bench/results/controller_cost.json (bench/results/controller_cost_<name>.json for a
+once more, untimed). BENCH_RUNS no-op runs each (median taken); BENCH_SETTINGS=name (benchlib.controller_settings: default,
+fact_cache, mitogen) measures one set of controller settings. Result: bench/results/controller_cost.json (bench/results/controller_cost_<name>.json for a
 setting other than the default).
 
 CPU is counted as getrusage(RUSAGE_CHILDREN) around each run (every process the run waited for) plus the CPU the
 ssh ControlMaster processes ("ssh: ... [mux]", detached, so never waited for) gained during the run, read from /proc.
-The lab nodes are containers on this machine: their own CPU is not the controller's and is not counted.
+The lab nodes are containers on this machine: their own CPU is not the controller's and is not counted there, but
+the whole machine's busy CPU-seconds over each run are recorded beside it (machine_cpu_s, /proc/stat): a run over
+three times the nodes cannot take less wall time than its machine CPU over the two cores, which bounds the fleet's
+wall ratio at about 3 x the pair's use of the cores (machine_cpu_use).
 """
 
 import math
@@ -21,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import recap as read_recap, stamp, write_result
+from benchlib import busy_core_seconds, controller_settings, recap as read_recap, stamp, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = pathlib.Path(sys.executable).parent
@@ -29,15 +32,8 @@ PAIR = ROOT / "inventories" / "lab" / "hosts.yml"
 FLEET = pathlib.Path(os.environ.get("BENCH_FLEET_INVENTORY", ROOT / "inventories" / "lab-fleet" / "hosts.yml"))
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 FORCE = '{"serve_force_restart": true}'
-# Controller settings measured (environment of ansible-playbook); "default" is the checkout's ansible.cfg.
-SETTINGS = {
-    "default": {},
-    # Facts kept between runs: docker_runtime's play gathers facts on every run otherwise.
-    "fact_cache": {"ANSIBLE_GATHERING": "smart", "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.jsonfile",
-                   "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(ROOT / ".lab" / "bench-fact-cache"),
-                   "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "86400"},
-}
 SETTING = os.environ.get("BENCH_SETTINGS", "default")
+SETTING_ENV = controller_settings(SETTING)
 RESULT = ROOT / "bench" / "results" / ("controller_cost.json" if SETTING == "default"
                                        else "controller_cost_%s.json" % SETTING)
 # The projection: 100 groups of two nodes, one controller.
@@ -76,11 +72,12 @@ def run(inventory, extra=None):
     argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "site.yml")]
     if extra:
         argv += ["-e", extra]
-    env = dict(os.environ, **SETTINGS[SETTING])
-    mux_before, cpu_before = mux_cpu(), children_cpu()
+    env = dict(os.environ, **SETTING_ENV)
+    mux_before, cpu_before, machine_before = mux_cpu(), children_cpu(), busy_core_seconds()
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - started
+    machine_cpu = busy_core_seconds() - machine_before
     cpu = children_cpu() - cpu_before
     mux = sum(now - mux_before.get(pid, 0.0) for pid, now in mux_cpu().items())
     if proc.returncode != 0:
@@ -92,6 +89,7 @@ def run(inventory, extra=None):
     # a templated condition and a callback on the controller.
     host_tasks = sum(recap[h]["ok"] + recap[h]["failed"] + recap[h]["skipped"] for h in remote)
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu + mux, 1), "ssh_mux_cpu_s": round(mux, 1),
+            "machine_cpu_s": round(machine_cpu, 1), "machine_cpu_use": round(machine_cpu / wall / os.cpu_count(), 2),
             "hosts": len(remote), "host_tasks": host_tasks, "changed": sum(recap[h]["changed"] for h in remote)}
 
 
@@ -135,8 +133,9 @@ def projection(pair, fleet):
 def main():
     result = {"benchmark": "controller CPU per host: no-op and forced site.yml on the lab pair and the fleet lab, "
                            "projected to 100 groups",
-              **stamp(), "settings": {"name": SETTING, "environment": SETTINGS[SETTING]},
-              "note": "SIMULATED labs (containers, the vLLM simulator); the nodes' own CPU is not counted"}
+              **stamp(), "settings": {"name": SETTING, "environment": SETTING_ENV},
+              "note": "SIMULATED labs (containers, the vLLM simulator); cpu_s is the controller's, machine_cpu_s the "
+                      "whole machine's (the lab's nodes run on it too)"}
     for name, inventory in (("pair", PAIR), ("fleet", FLEET)):
         if name == "fleet" and os.environ.get("BENCH_FLEET", "1") == "0":
             continue

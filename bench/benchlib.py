@@ -1,5 +1,6 @@
 """What every benchmark shares: the machine it ran on and how its result is written."""
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -9,6 +10,40 @@ import subprocess
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def controller_settings(name):
+    """Environment of ansible-playbook for a named set of controller settings ("default": the checkout's
+    ansible.cfg). Exits naming the fix when a setting needs a package the venv lacks."""
+    if name == "default":
+        return {}
+    if name == "fact_cache":
+        # Facts kept between runs: docker_runtime's play gathers facts on every run otherwise.
+        return {"ANSIBLE_GATHERING": "smart", "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.jsonfile",
+                "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(ROOT / ".lab" / "bench-fact-cache"),
+                "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "86400"}
+    if name == "mitogen":
+        # Mitogen's strategy: one persistent Python per node instead of a new interpreter per module run
+        # (docs/fleet.md, controller settings). Its SSH layer puts its own host key option first, so the
+        # lab's StrictHostKeyChecking=no in ansible_ssh_common_args does not reach it: the lab's nodes are
+        # re-created with new host keys, and known_hosts is /dev/null there anyway.
+        spec = importlib.util.find_spec("ansible_mitogen")
+        if spec is None:
+            raise SystemExit("BENCH_SETTINGS=mitogen: ansible_mitogen is not installed in this Python. "
+                             "Fix: make venv (requirements.txt pins mitogen).")
+        strategy_dir = pathlib.Path(spec.origin).parent / "plugins" / "strategy"
+        return {"ANSIBLE_STRATEGY_PLUGINS": str(strategy_dir), "ANSIBLE_STRATEGY": "mitogen_linear",
+                "ANSIBLE_HOST_KEY_CHECKING": "False"}
+    raise SystemExit("BENCH_SETTINGS=%r is not a known set of controller settings (default, fact_cache, mitogen)"
+                     % name)
+
+
+def busy_core_seconds():
+    """CPU-seconds every core of this machine spent busy since boot (/proc/stat), the lab's nodes included."""
+    with open("/proc/stat", encoding="ascii") as handle:
+        fields = [int(value) for value in handle.readline().split()[1:]]
+    idle = fields[3] + fields[4]                                    # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def machine():

@@ -37,6 +37,31 @@ ROLL_NUMBERS = [
     ("p99 latency, steady (s)", "steady_state.latency_p99_s"),
     ("out of rotation per group (s)", "groups.*.out_of_rotation_s")]
 
+COST_NUMBERS = [("pair: no-op CPU (s)", "pair.noop.cpu_s"), ("pair: no-op wall (s)", "pair.noop.wall_s"),
+                ("pair: CPU per host (s)", "pair.noop.cpu_s_per_host"),
+                ("pair: CPU per host-task (ms)", "pair.noop.cpu_ms_per_host_task"),
+                ("pair: forced CPU (s)", "pair.forced.cpu_s"),
+                ("pair: no-op, whole machine's CPU (s)", "pair.noop.machine_cpu_s"),
+                ("pair: no-op, share of the cores busy", "pair.noop.machine_cpu_use"),
+                ("fleet: hosts", "fleet.noop.hosts"), ("fleet: no-op CPU (s)", "fleet.noop.cpu_s"),
+                ("fleet: no-op wall (s)", "fleet.noop.wall_s"),
+                ("fleet: CPU per host (s)", "fleet.noop.cpu_s_per_host"),
+                ("fleet: forced CPU (s)", "fleet.forced.cpu_s"),
+                ("fleet: no-op, whole machine's CPU (s)", "fleet.noop.machine_cpu_s"),
+                ("no-op wall: fleet / pair", "noop_wall_ratio_fleet_over_pair"),
+                ("100 groups: CPU per extra host (s)", "projection.cpu_s_per_extra_host"),
+                ("100 groups, one playbook: CPU (s)", "projection.one_playbook_cpu_s"),
+                ("100 groups, one playbook: least wall on 16 cores (s)",
+                 "projection.one_playbook_wall_s_min.16_cores")]
+FLEET_NUMBERS = [("groups", "fleet.groups"), ("nodes", "fleet.nodes"),
+                 ("reprovision: fleet / one group (s)", "reprovision.fleet_seconds"),
+                 ("reprovision: one group alone (s)", "reprovision.one_group_seconds"),
+                 ("reprovision ratio", "reprovision.ratio"),
+                 ("no-op site.yml: fleet (s)", "noop_site.fleet_seconds"),
+                 ("no-op site.yml: one pair (s)", "noop_site.one_pair_seconds"),
+                 ("no-op ratio", "noop_site.ratio"),
+                 ("controller memory peak per group (MiB)", "reprovision.groups.*.controller_memory_peak_mib")]
+
 BENCHMARKS = {
     "site_noop.json": {
         "title": "No-op re-run of site.yml",
@@ -143,34 +168,31 @@ BENCHMARKS = {
                     "processes) for a no-op `site.yml` and for a forced restart of every group, on the SIMULATED "
                     "lab pair and fleet lab; per host and per host-task, and a projection to 100 groups of two "
                     "nodes (docs/fleet.md, one controller for 100 groups).",
-        "numbers": [("pair: no-op CPU (s)", "pair.noop.cpu_s"), ("pair: no-op wall (s)", "pair.noop.wall_s"),
-                    ("pair: CPU per host (s)", "pair.noop.cpu_s_per_host"),
-                    ("pair: CPU per host-task (ms)", "pair.noop.cpu_ms_per_host_task"),
-                    ("pair: forced CPU (s)", "pair.forced.cpu_s"),
-                    ("fleet: hosts", "fleet.noop.hosts"), ("fleet: no-op CPU (s)", "fleet.noop.cpu_s"),
-                    ("fleet: no-op wall (s)", "fleet.noop.wall_s"),
-                    ("fleet: CPU per host (s)", "fleet.noop.cpu_s_per_host"),
-                    ("fleet: forced CPU (s)", "fleet.forced.cpu_s"),
-                    ("no-op wall: fleet / pair", "noop_wall_ratio_fleet_over_pair"),
-                    ("100 groups: CPU per extra host (s)", "projection.cpu_s_per_extra_host"),
-                    ("100 groups, one playbook: CPU (s)", "projection.one_playbook_cpu_s"),
-                    ("100 groups, one playbook: least wall on 16 cores (s)",
-                     "projection.one_playbook_wall_s_min.16_cores")],
+        "numbers": COST_NUMBERS,
+    },
+    "controller_cost_mitogen.json": {
+        "title": "Controller cost per host under Mitogen's strategy",
+        "script": "bench/bench_controller_cost.py",
+        "measures": "The same as the controller cost benchmark with `BENCH_SETTINGS=mitogen`: Mitogen's "
+                    "`mitogen_linear` strategy (one persistent Python per node instead of a new interpreter per "
+                    "module run; docs/fleet.md, controller settings).",
+        "numbers": COST_NUMBERS,
     },
     "fleet_scale.json": {
         "title": "Fleet scale",
         "script": "bench/bench_fleet.py",
-        "measures": "On the SIMULATED fleet lab (two pairs and a trio): `dspark-fleet reprovision` with a forced "
+        "measures": "On the SIMULATED fleet lab (a pair and a trio): `dspark-fleet reprovision` with a forced "
                     "restart of every group in parallel against one group alone, and a no-op `site.yml` over the "
                     "fleet against one pair, in the same run; also the controller memory per group.",
-        "numbers": [("groups", "fleet.groups"), ("nodes", "fleet.nodes"),
-                    ("reprovision: fleet / one group (s)", "reprovision.fleet_seconds"),
-                    ("reprovision: one group alone (s)", "reprovision.one_group_seconds"),
-                    ("reprovision ratio", "reprovision.ratio"),
-                    ("no-op site.yml: fleet (s)", "noop_site.fleet_seconds"),
-                    ("no-op site.yml: one pair (s)", "noop_site.one_pair_seconds"),
-                    ("no-op ratio", "noop_site.ratio"),
-                    ("controller memory peak per group (MiB)", "reprovision.groups.*.controller_memory_peak_mib")],
+        "numbers": FLEET_NUMBERS,
+    },
+    "fleet_scale_mitogen.json": {
+        "title": "Fleet scale under Mitogen's strategy",
+        "script": "bench/bench_fleet.py",
+        "measures": "The same as the fleet scale benchmark with `BENCH_SETTINGS=mitogen` (every `dspark-fleet` and "
+                    "`ansible-playbook` run under Mitogen's `mitogen_linear` strategy; the bench checks that each "
+                    "group's run used it).",
+        "numbers": FLEET_NUMBERS,
     },
     "qualify_fleet.json": {
         "title": "Node qualification over the fleet",

@@ -2,9 +2,11 @@
 
 Runs PLAYBOOK on INVENTORY with ANSIBLE_PLAYBOOK twice: the first run must pass, the second must pass with
 changed=0 on every host. Prints each run's PLAY RECAP; the whole output goes to stdout (the stage's log).
+CONVERGE_EXPECT=TEXT: each run's output must also hold TEXT (proof that a controller setting took effect).
 Usage: converge_twice.py ANSIBLE_PLAYBOOK INVENTORY PLAYBOOK [EXTRA_ARG...]
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -24,9 +26,11 @@ def recap(output):
     return found
 
 
-def problems(rc, hosts, idempotence):
+def problems(rc, hosts, idempotence, output="", expect=None):
     """Why a run does not count as passed ([] when it does)."""
     found = []
+    if expect and expect not in output:
+        found.append("the output lacks %r (CONVERGE_EXPECT: the setting did not take effect)" % expect)
     if rc != 0:
         found.append("ansible-playbook exited %d" % rc)
     if not hosts:
@@ -49,7 +53,8 @@ def main(argv):
         print("== %s: %s" % (name, " ".join(command)), flush=True)
         run = subprocess.run(command, capture_output=True, text=True, check=False)
         print(run.stdout + run.stderr, flush=True)
-        found = problems(run.returncode, recap(run.stdout), idempotence)
+        found = problems(run.returncode, recap(run.stdout), idempotence, run.stdout + run.stderr,
+                         os.environ.get("CONVERGE_EXPECT"))
         if found:
             print("== %s FAILED: %s" % (name, "; ".join(found)))
             return 1

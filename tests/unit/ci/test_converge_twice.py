@@ -51,3 +51,16 @@ def test_a_clean_pair_of_runs_passes(tmp_path):
     fake.write_text("#!/bin/bash\necho 'PLAY RECAP'\necho 'h : ok=1 changed=0 unreachable=0 failed=0'\n")
     fake.chmod(0o755)
     assert ct.main([str(fake), "inv", "site.yml", "-e", "x=1"]) == 0
+
+
+def test_an_expected_text_missing_from_a_run_fails_it(tmp_path, monkeypatch):
+    fake = tmp_path / "ansible-playbook"
+    fake.write_text("#!/bin/bash\necho 'PLAY RECAP'\necho 'h : ok=1 changed=0 unreachable=0 failed=0'\n"
+                    "echo 'strategy plugins not included in ansible.builtin' >&2\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CONVERGE_EXPECT", "strategy plugins not included in ansible.builtin")
+    assert ct.main([str(fake), "inv", "site.yml"]) == 0
+    monkeypatch.setenv("CONVERGE_EXPECT", "mitogen_linear")
+    assert ct.main([str(fake), "inv", "site.yml"]) == 1
+    assert ct.problems(0, {"h": {}}, False, "out", "x") == [
+        "the output lacks 'x' (CONVERGE_EXPECT: the setting did not take effect)"]
