@@ -149,11 +149,9 @@ converge-newest: prereqs-lab venv $(NEWEST_VENV)/.installed
 # for large fleets (docs/fleet.md, controller settings); the deprecation ansible-core prints for a strategy from outside
 # ansible.builtin proves the setting took effect. The lab is taken down afterwards. By hand, not in `make test` (an
 # option, not the default; CI time).
-MITOGEN_ENV = ANSIBLE_STRATEGY=mitogen_linear ANSIBLE_HOST_KEY_CHECKING=False \
-  ANSIBLE_STRATEGY_PLUGINS=$$($(BIN)/python -c 'import ansible_mitogen, os; print(os.path.dirname(ansible_mitogen.__file__))')/plugins/strategy
 converge-mitogen: prereqs-lab venv
 	$(MAKE) --no-print-directory lab
-	$(MITOGEN_ENV) CONVERGE_EXPECT="strategy plugins not included in ansible.builtin" \
+	env $$($(BIN)/python bench/benchlib.py mitogen) CONVERGE_EXPECT="strategy plugins not included in ansible.builtin" \
 	  $(BIN)/python tests/ci/converge_twice.py $(BIN)/ansible-playbook inventories/lab/hosts.yml site.yml; rc=$$?; \
 	  $(MAKE) --no-print-directory lab-down; exit $$rc
 

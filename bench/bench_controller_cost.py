@@ -4,9 +4,9 @@ the ssh ControlMaster processes they start) for a no-op site.yml and for a force
 groups (200 nodes) from the per-host cost measured.
 
 Needs both labs converged: `make lab` and `make lab-fleet`, then site.yml once on each (this script converges each
-once more, untimed). BENCH_RUNS no-op runs each (median taken); BENCH_SETTINGS=name (benchlib.controller_settings: default,
-fact_cache, mitogen) measures one set of controller settings. Result: bench/results/controller_cost.json (bench/results/controller_cost_<name>.json for a
-setting other than the default).
+once more, untimed). BENCH_RUNS no-op runs each (median taken); BENCH_SETTINGS=name (benchlib.controller_settings:
+default, fact_cache, mitogen) measures one set of controller settings. Result: bench/results/controller_cost.json
+(bench/results/controller_cost_<name>.json for a setting other than the default).
 
 CPU is counted as getrusage(RUSAGE_CHILDREN) around each run (every process the run waited for) plus the CPU the
 ssh ControlMaster processes ("ssh: ... [mux]", detached, so never waited for) gained during the run, read from /proc.

@@ -7,9 +7,12 @@ import pathlib
 import platform
 import re
 import subprocess
+import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "ci"))
+import cpu_sample  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def controller_settings(name):
@@ -39,11 +42,11 @@ def controller_settings(name):
 
 
 def busy_core_seconds():
-    """CPU-seconds every core of this machine spent busy since boot (/proc/stat), the lab's nodes included."""
+    """CPU-seconds every core of this machine spent busy since boot (/proc/stat, read by CI's sampler's parser), the
+    lab's nodes included."""
     with open("/proc/stat", encoding="ascii") as handle:
-        fields = [int(value) for value in handle.readline().split()[1:]]
-    idle = fields[3] + fields[4]                                    # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+        jiffies = cpu_sample.parse(handle.read())
+    return (sum(jiffies.values()) - jiffies["idle"] - jiffies["iowait"]) / os.sysconf("SC_CLK_TCK")
 
 
 def machine():
@@ -74,3 +77,8 @@ def write_result(path, result):
     path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2))
     return 0 if result["met"] else 1
+
+
+if __name__ == "__main__":
+    # `make converge-mitogen`: a set of controller settings as KEY=VALUE words for env(1).
+    print(" ".join("%s=%s" % item for item in controller_settings(sys.argv[1]).items()))
