@@ -15,6 +15,7 @@ if (($# < 1)); then
 fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 make=${MAKE:-make}
+logs=${CI_LOGS:-tests/output/ci}
 
 # run_lane N STAGES: the stages of one lane, in order, until one fails.
 run_lane() {
@@ -40,6 +41,9 @@ if [[ -n ${CI_LOGS:-} ]] && mkdir -p "$CI_LOGS"; then
   for _ in $(seq 1 50); do [[ -s $CI_LOGS/cpu.log ]] && break; sleep 0.1; done
 fi
 
+# Each failed stage leaves NAME.why (tests/ci/stage.sh); a CI service may show only the end of the output.
+rm -f "$logs"/*.why 2>/dev/null
+
 pids=()
 n=0
 for lane; do
@@ -55,4 +59,8 @@ if [[ -n $sampler ]]; then
   kill -TERM "$sampler" 2>/dev/null
   wait "$sampler" 2>/dev/null
 fi
+# Why each failed stage failed, again, as the last lines: the lanes' reports and the sampler's summary come first.
+for why in "$logs"/*.why; do
+  [[ -f $why ]] && cat "$why"
+done
 exit "$rc"

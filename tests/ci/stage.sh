@@ -15,6 +15,7 @@ logs=${CI_LOGS:-tests/output/ci}
 lines=${CI_TAIL:-40}
 mkdir -p "$logs" || exit 1
 log=$logs/$name.log
+rm -f "$logs/$name.why"
 # Plain text in the log (Molecule, ansible-lint and pytest colour their output when TERM says xterm).
 export NO_COLOR=1
 # Where a stage spends its time: every log line carries the seconds since the stage began (Python unbuffered so
@@ -35,8 +36,26 @@ if ((rc == 0)); then
   exit 0
 fi
 # What failed, before the tail: a lab stage's tail is its teardown, which pushes pytest's summary and Ansible's
-# failed task out of it. pytest's FAILED/ERROR lines and assertion lines (E ...), Ansible's fatal/FAILED! lines.
-failures=$(tail -n +2 "$log" | grep -aE '^ *[0-9]+ (FAILED|ERROR) |^ *[0-9]+ E  |fatal: \[|FAILED! =>|^ *[0-9]+ [^ ]+::[^ ]+ (FAILED|ERROR)' | head -n 60)
+# failed task out of it. pytest's FAILED/ERROR lines and assertion lines (E ...); Ansible's fatal/failed/UNREACHABLE
+# lines with the task they belong to and up to 4 lines of their indented (YAML) result, not those it then ignored.
+# The last 60 of them; the last 12 also go to NAME.why, which tests/ci/lanes.sh prints again once every lane is done.
+failures=$(tail -n +2 "$log" | awk '
+  function flush() { printf "%s", buf; buf = "" }
+  {
+    c = $0
+    if (match(c, /^ *[0-9]+ /)) c = substr(c, RLENGTH + 1)
+    if (cont > 0 && c ~ /^[ \t]+[^ \t]/) { buf = buf $0 "\n"; cont--; next }
+    cont = 0
+    if (c ~ /^\.\.\.ignoring/) { buf = ""; next }
+    flush()
+    if (c ~ /^TASK \[/) { task = $0; next }
+    if (c ~ /(fatal|failed): \[|FAILED! =>|UNREACHABLE!/) {
+      if (task != "") buf = task "\n"
+      task = ""; buf = buf $0 "\n"; cont = 4; next
+    }
+    if (c ~ /^(FAILED|ERROR) |^E  |^[^ ]+::[^ ]+ (FAILED|ERROR)/) print
+  }
+  END { flush() }' | tail -n 60)
 report=$(
   printf '%-26s FAIL  %5d s  (exit %d), whole output in %s\n' "$name" "$secs" "$rc" "$log"
   if [ -n "$failures" ]; then
@@ -47,4 +66,8 @@ report=$(
   tail -n "$lines" "$log" | sed 's/^/  | /'
 )
 printf '%s\n' "$report"
+{
+  printf '%s failed (exit %d) after %d s, in %s:\n' "$name" "$rc" "$secs" "$log"
+  if [ -n "$failures" ]; then printf '%s\n' "$failures"; else tail -n 5 "$log"; fi | tail -n 12 | cut -c1-300 | sed 's/^/  ! /'
+} >"$logs/$name.why"
 exit "$rc"

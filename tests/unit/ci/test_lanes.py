@@ -57,12 +57,24 @@ def test_a_failed_stage_stops_its_lane_names_what_it_skipped_and_the_others_fini
     assert ["b1", "b2", "b3"] == [s for s in trace if s.startswith("b")]
     assert "lane 1 stopped: a3 a4 not run" in result.stdout
     assert any(line.startswith("fail2") and "FAIL" in line and "(exit 4)" in line for line in result.stdout.splitlines())
+    # Why it failed comes again as the output's last lines, after every lane's report and the CPU summary.
+    lines = result.stdout.splitlines()
+    assert lines[-1].startswith("  ! ") and lines[-2].startswith("fail2 failed (exit 4) after "), lines[-4:]
+    assert lines[-3].startswith("cpu: most CPU: "), lines[-4:]
 
 
 def test_a_failure_in_the_last_stage_of_a_lane_fails_the_run(tmp_path):
     result = lanes(tmp_path, "a1", "b1 fail2")[0]
     assert result.returncode == 1
     assert "stopped" not in result.stdout
+
+
+def test_a_why_file_left_by_an_earlier_run_is_not_printed(tmp_path):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "old.why").write_text("old failed (exit 1)\n")
+    result = lanes(tmp_path, "a1", "b1")[0]
+    assert result.returncode == 0
+    assert "old failed" not in result.stdout
 
 
 def test_no_lane_is_a_usage_error(tmp_path):

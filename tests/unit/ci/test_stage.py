@@ -56,3 +56,45 @@ def test_a_stage_reads_no_input(tmp_path):
                             text=True, timeout=60, check=False, env=env)
     assert result.returncode == 0
     assert "never read" not in (tmp_path / "quiet.log").read_text()
+
+
+# Molecule's converge as CI printed it (YAML results): an ignored failure, then the real one, then the teardown.
+CONVERGE = r"""
+echo 'TASK [dspark.cluster.fabric : Read the optional module] ***'
+echo 'fatal: [spark-head]: FAILED! => changed=false'
+echo '  msg: no such module'
+echo '...ignoring'
+echo 'TASK [Gathering Facts] ***'
+echo 'fatal: [spark-worker]: UNREACHABLE! => changed=false'
+echo '  msg: Failed to connect to the host via ssh: Connection timed out during banner exchange'
+echo '  unreachable: true'
+echo 'PLAY RECAP ***'
+echo 'spark-worker : ok=0 changed=0 unreachable=1 failed=0'
+for i in $(seq 1 30); do echo destroy: $i; done
+exit 4
+"""
+
+
+def test_a_failed_task_is_named_with_its_task_and_result_and_ignored_failures_are_left_out(tmp_path):
+    # From a file: the log's first line repeats the command, and this one spans lines.
+    script = tmp_path / "converge.sh"
+    script.write_text(CONVERGE)
+    result = stage(tmp_path, "molecule-vmlab", "bash %s" % script, tail="3")
+    assert result.returncode == 4
+    said = [re.sub(r"^ +\d+ ", "", line[4:]) for line in result.stdout.splitlines() if line.startswith("  ! ")]
+    assert said == ["TASK [Gathering Facts] ***", "fatal: [spark-worker]: UNREACHABLE! => changed=false",
+                    "  msg: Failed to connect to the host via ssh: Connection timed out during banner exchange",
+                    "  unreachable: true"]
+    # The same, headed by the stage, in molecule-vmlab.why for tests/ci/lanes.sh to print last.
+    why = (tmp_path / "logs" / "molecule-vmlab.why").read_text().splitlines()
+    assert re.fullmatch(r"molecule-vmlab failed \(exit 4\) after \d+ s, in .*/molecule-vmlab\.log:", why[0])
+    assert [re.sub(r"^  ! +\d+ ", "", line) for line in why[1:]] == said
+
+
+def test_without_failure_lines_the_why_file_holds_the_last_lines_and_a_pass_removes_it(tmp_path):
+    result = stage(tmp_path, "build", "echo one; echo two; exit 2")
+    assert result.returncode == 2
+    why = (tmp_path / "logs" / "build.why").read_text().splitlines()
+    assert [re.sub(r"^  ! +\d+ ", "", line) for line in why[-2:]] == ["one", "two"]
+    assert stage(tmp_path, "build", "true").returncode == 0
+    assert not (tmp_path / "logs" / "build.why").exists()
