@@ -12,8 +12,7 @@ MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
 # lint and the build; the VM lab, then the execution environment (built, checked, and run by realtest), the
 # real-engine lab (converged on the newest ansible-core), the other unit tests and sanity on both cores.
 # Stage times and the cuts that keep the run under
-# 90 minutes on the 2-core CI machine: docs/design-lab.md (CI time). lint-newest is not a stage (CI time); run it
-# by hand when the newest core changes.
+# 90 minutes on the 2-core CI machine: docs/design-lab.md (CI time).
 # `setup` runs first, alone: what the lanes share (the newest ansible-core's venv, the node and simulator images).
 VM_STAGES := $(filter molecule-vmlab,$(MOLECULE_STAGES))
 # Molecule's docker_runtime scenario (the engine installed on bare nodes, its refusals and repairs, the registry pull
@@ -21,7 +20,7 @@ VM_STAGES := $(filter molecule-vmlab,$(MOLECULE_STAGES))
 # run it by hand, `make molecule-docker_runtime`.
 CI_SCENARIOS := $(filter-out molecule-docker_runtime $(VM_STAGES),$(MOLECULE_STAGES))
 LANE_FLEET := fleettest
-LANE_PAIR := labtest $(CI_SCENARIOS) unit-playbooks unit-newest lint build
+LANE_PAIR := labtest $(CI_SCENARIOS) unit-playbooks unit-newest lint lint-newest build
 LANE_VM := $(VM_STAGES) ee realtest unit-core sanity-newest sanity
 TEST_STAGES := setup $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM)
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
@@ -102,8 +101,10 @@ unit: venv
 # `unit` in two stages of `make test`, one per lane: the unit tests that run real playbooks (tests/unit/playbooks,
 # about 60 % of the time) and all the others.
 .PHONY: unit-core unit-playbooks
+# The metric-name check reads vLLM's source from the real-engine image (tests/ci/vllm_source.sh; realtest runs
+# before unit-core in the VM lane).
 unit-core: venv
-	$(BIN)/pytest -q --durations=25 --ignore=tests/unit/playbooks tests/unit
+	DSPARK_VLLM_SRC=$$(bash tests/ci/vllm_source.sh) $(BIN)/pytest -q --durations=25 --ignore=tests/unit/playbooks tests/unit
 
 unit-playbooks: venv
 	$(BIN)/pytest -q --durations=25 tests/unit/playbooks
@@ -127,8 +128,7 @@ $(NEWEST_VENV)/.installed: requirements-newest.txt
 unit-newest: $(NEWEST_VENV)/.installed
 	$(NEWEST_VENV)/bin/pytest -q -p no:cacheprovider --durations=10 $(NEWEST_FLEET_TESTS) tests/unit/plugins
 
-# ansible-lint's production profile and ansible-test sanity under the newest ansible-core (lint-newest: by hand, not
-# in `make test`).
+# ansible-lint's production profile and ansible-test sanity under the newest ansible-core.
 lint-newest: $(NEWEST_VENV)/.installed
 	PATH=$(CURDIR)/$(NEWEST_VENV)/bin:$$PATH $(NEWEST_VENV)/bin/ansible-lint -q --profile production
 
@@ -174,10 +174,12 @@ realtest-roll: prereqs-lab venv $(SIM_TAR)
 	$(BIN)/ansible-playbook -i $(LAB_REAL) site.yml && \
 	  DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q -s tests/real/test_real_roll.py; rc=$$?; bash lab/real.sh down; exit $$rc
 
-# The lab's own checks (SSH, fabric, DF ping); the lab is taken down afterwards.
+# The lab's own checks (SSH, fabric, DF ping); the lab is taken down afterwards. The checks of separate group fabrics
+# and of a router need a lab that has them: fleettest runs them on the fleet lab.
+LAB_MULTI_TESTS := test_groups_have_separate_fabrics or test_router_has_only_the_management_network
 labtest: venv
 	bash lab/lab.sh up
-	DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q tests/lab; rc=$$?; bash lab/lab.sh down; exit $$rc
+	DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q tests/lab -k "not ($(LAB_MULTI_TESTS))"; rc=$$?; bash lab/lab.sh down; exit $$rc
 
 # The VM lab's own checks (boot ~80 s under emulation); not part of `make test`: the vmlab scenario boots it.
 vmlabtest: venv
@@ -254,7 +256,8 @@ FLEET_MARKS ?= not lab_extended
 .PHONY: fleettest fleettest-all
 fleettest: prereqs-lab venv
 	$(MAKE) --no-print-directory lab-fleet
-	DSPARK_LAB_REQUIRED=1 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -v -p no:cacheprovider -m "$(FLEET_MARKS)" $(FLEET_SUITES); \
+	DSPARK_LAB_REQUIRED=1 DSPARK_LAB_INVENTORY=$(LAB_FLEET) $(BIN)/pytest -q -p no:cacheprovider tests/lab/test_lab.py -k "$(LAB_MULTI_TESTS)" && \
+	  DSPARK_LAB_REQUIRED=1 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -v -p no:cacheprovider -m "$(FLEET_MARKS)" $(FLEET_SUITES); \
 	  rc=$$?; bash lab/lab.sh down -i $(LAB_FLEET); exit $$rc
 
 fleettest-all:

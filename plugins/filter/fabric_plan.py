@@ -12,8 +12,8 @@ short_description: One phase of the fabric role's plan
 version_added: 0.1.0
 description:
   - The fabric role's planning in Python (C(plugins/plugin_utils/_fabric_plan.py)), one structure per phase of the role
-    (its C(tasks/plan_<phase>.yml) set it as C(_fabric_phase_<phase>)). Internal to the role; the phases and their keys
-    may change without notice.
+    (its C(tasks/plan_<phase>.yml) set it as C(_fabric_phase_<phase>), or its C(vars/main.yml) renders it where it is
+    used). Internal to the role; the phases and their keys may change without notice.
   - Runs on the controller and never connects to a node.
 author:
   - dspark.cluster contributors (@dspark)
@@ -22,7 +22,7 @@ options:
     description:
       - The role's inputs (C(_fabric_plan_inputs)) with the group model of P(dspark.cluster.group_model#filter) and the
         node reads made by then.
-      - For C(files) and C(apply_script), the values the role decided before (its C(tasks/plan_files.yml) and
+      - For C(files) and C(apply_script), the values the role decided before (its C(vars/main.yml) and
         C(handlers/main.yml) name them).
     type: dict
     required: true

@@ -243,6 +243,45 @@ def judge_disk(spec, statvfs, measured_at=None):
 # ---------------------------------------------------------------------------------------------------- memory, swap
 
 
+def parse_du(stdout):
+    """The first field of `du -s --apparent-size --block-size=1` (bytes), or 0 when there is none (a missing path)."""
+    fields = (stdout or '').split()
+    try:
+        return max(0, int(fields[0])) if fields else 0
+    except ValueError:
+        return 0
+
+
+def model_disk_need(spec, present_bytes):
+    """(need_bytes, label) of a disk spec that also holds a model: its need_bytes plus what of model_bytes is not
+    there yet (present_bytes), and its label with {present} replaced by the bytes of the model already there."""
+    model = int(spec.get('model_bytes') or 0)
+    present = max(0, int(present_bytes or 0))
+    need = int(spec.get('need_bytes') or 0) + max(0, model - present)
+    label = spec.get('label')
+    if label:
+        label = label.replace('{present}', str(min(present, model)))
+    return need, label
+
+
+def parse_ipv4(ip_json):
+    """`ip -j -4 addr show` (parsed JSON) -> {ifname: ['a.b.c.d/len', ...]}."""
+    out = {}
+    for link in ip_json or []:
+        if not isinstance(link, dict) or not link.get('ifname'):
+            continue
+        out[link['ifname']] = ['%s/%s' % (a['local'], a.get('prefixlen', 32)) for a in link.get('addr_info') or []
+                               if a.get('family') == 'inet' and a.get('local')]
+    return out
+
+
+def holds_address(ipv4, names, address):
+    """Whether one of the interfaces ``names`` carries ``address`` (without its prefix length) in ``ipv4``."""
+    if not address:
+        return False
+    return any(str(a).split('/', 1)[0] == str(address) for name in names for a in (ipv4 or {}).get(name) or [])
+
+
 def meminfo_facts(meminfo_text):
     fields = parse_meminfo(meminfo_text)
 

@@ -14,6 +14,9 @@ description:
   - Reads the kernel release, C(/etc/os-release), the NVIDIA driver version, free space and inodes of the given paths,
     C(/proc/meminfo), C(/proc/swaps), the state of earlyoom and systemd-oomd, the kernel clock discipline
     (C(adjtimex), read only), the TCP listeners (C(ss -Hltnp)) and C(/sys/class/net/<name>/).
+  - With O(disks[].present_path), the apparent size of what of a model a path holds already (C(du)); with
+    O(fabric_address), the IPv4 addresses of the O(links) (C(ip -j -4 addr show)) and whether the node is a container
+    (C(systemd-detect-virt --container)); with O(image), whether Docker holds that image (C(docker image inspect)).
   - Returns one check per measurement with a verdict (V(pass), V(fail), V(warn), V(info) or V(skip)), a message that
     names the measured value, the threshold and the variable that sets it, and a fix for every V(fail).
   - Never changes anything, and does not fail on a failing verdict; it fails only on its own errors (a bad option
@@ -104,7 +107,19 @@ options:
         description: The inventory variable that sets the path, cited in the message.
         type: str
       label:
-        description: What the path is for, cited in the message.
+        description:
+          - What the path is for, cited in the message. C({present}) in it becomes the bytes of the model already
+            there (with O(disks[].model_bytes)).
+        type: str
+      model_bytes:
+        description:
+          - Bytes of a model to be stored under the path. The need becomes O(disks[].need_bytes) plus what of them is
+            not there yet (this less the apparent size of O(disks[].present_path)). 0 adds nothing.
+        type: int
+        default: 0
+      present_path:
+        description:
+          - Where the model's files are (C(du -s --apparent-size)); a path that does not exist holds nothing.
         type: str
   memory_fraction:
     description:
@@ -192,6 +207,17 @@ options:
         description: Lowest acceptable speed in Mb/s; 0 sets no floor.
         type: int
         default: 0
+  fabric_address:
+    description:
+      - The fabric address (IPv4, without a prefix length) the first of O(links) is to carry. When set, RV(fabric)
+        says whether one of O(links) carries it and whether the node is a container.
+    type: str
+    default: ''
+  image:
+    description:
+      - A container image; when set, RV(image) says whether Docker is there and holds it (C(docker image inspect)).
+    type: str
+    default: ''
   variable_names:
     description:
       - Inventory variable names to cite in the messages of the checks set by other options, keyed by option name
@@ -308,10 +334,25 @@ time:
   type: dict
   returned: always
   sample: {synchronized: true, esterror_ms: 0.5, maxerror_ms: 12.0, wall: 1767225600.25}
+fabric:
+  description:
+    - With O(fabric_address) - C(address), C(addressed) (one of O(links) carries it), C(ipv4) (each link's IPv4
+      addresses with their prefix length) and C(container) (the container type, or null on a host or a VM).
+  type: dict
+  returned: when O(fabric_address) is set
+  sample: {address: 192.168.100.1, addressed: true, ipv4: {enp1s0f1np1: [192.168.100.1/24]}, container: null}
+image:
+  description:
+    - With O(image) - C(name), C(docker) (whether the docker program is there), C(present) (whether it holds the
+      image) and C(msg) (what docker said when it does not).
+  type: dict
+  returned: when O(image) is set
+  sample: {name: 'registry.example/vllm:1', docker: true, present: false, msg: 'No such image'}
 """
 
 import ctypes
 import ctypes.util
+import json
 import os
 import time
 
@@ -408,9 +449,19 @@ def nearest_existing(path):
     return current
 
 
-def measure_disks(disks):
+def present_bytes(module, path):
+    """The apparent size of path (du), 0 when it does not exist or du is absent."""
+    result = run(module, ['du', '-s', '--apparent-size', '--block-size=1', '--', path])
+    return qualify.parse_du(result[1]) if result else 0
+
+
+def measure_disks(module, disks):
     checks = []
     for spec in disks:
+        if spec.get('model_bytes'):
+            need, label = qualify.model_disk_need(spec, present_bytes(module, spec['present_path'])
+                                                  if spec.get('present_path') else 0)
+            spec = dict(spec, need_bytes=need, label=label)
         at = nearest_existing(spec['path'])
         try:
             checks.append(qualify.judge_disk(spec, statvfs(at), measured_at=at))
@@ -502,6 +553,41 @@ def measure_ports(module, ports, own_containers):
     return checks
 
 
+def detect_container(module):
+    """The container type (docker, lxc, ...), or None on a host or a VM."""
+    result = run(module, ['systemd-detect-virt', '--container'])
+    if result is not None:
+        value = result[1].strip()
+        return value if result[0] == 0 and value and value != 'none' else None
+    if path_exists('/.dockerenv'):
+        return 'docker'
+    return (read_text('/run/systemd/container') or '').strip() or None
+
+
+def read_fabric(module, links, address):
+    """Whether one of the links carries the fabric address, their IPv4 addresses, and the container type."""
+    names = [spec['name'] for spec in links]
+    result = run(module, ['ip', '-j', '-4', 'addr', 'show'])
+    ipv4 = {}
+    if result and result[0] == 0:
+        try:
+            ipv4 = qualify.parse_ipv4(json.loads(result[1] or '[]'))
+        except ValueError:
+            ipv4 = {}
+    return {'address': address, 'addressed': qualify.holds_address(ipv4, names, address),
+            'ipv4': dict((name, ipv4.get(name, [])) for name in names), 'container': detect_container(module)}
+
+
+def read_image(module, image):
+    """Whether Docker is there and holds the image."""
+    result = run(module, ['docker', 'image', 'inspect', '--format', '{{.Id}}', image])
+    if result is None:
+        return {'name': image, 'docker': False, 'present': False, 'msg': 'docker is absent'}
+    said = (result[2] or result[1] or '').strip().splitlines()
+    return {'name': image, 'docker': True, 'present': result[0] == 0,
+            'msg': None if result[0] == 0 else (said[-1] if said else 'rc %s' % result[0])}
+
+
 def measure_links(links):
     checks = []
     present = None
@@ -529,7 +615,8 @@ def main():
             driver_required=dict(type='bool', default=False),
             disks=dict(type='list', elements='dict', default=[], options=dict(
                 path=dict(type='str', required=True), need_bytes=dict(type='int', required=True),
-                need_inodes=dict(type='int', default=0), variable=dict(type='str'), label=dict(type='str'))),
+                need_inodes=dict(type='int', default=0), variable=dict(type='str'), label=dict(type='str'),
+                model_bytes=dict(type='int', default=0), present_path=dict(type='str'))),
             memory_fraction=dict(type='float', default=0.0),
             memory_reserve_mib=dict(type='int', default=0),
             memory_variable=dict(type='str', default='serve_gpu_memory_utilization'),
@@ -544,6 +631,8 @@ def main():
             links=dict(type='list', elements='dict', default=[], options=dict(
                 name=dict(type='str', required=True), variable=dict(type='str'),
                 min_speed_mbps=dict(type='int', default=0))),
+            fabric_address=dict(type='str', default=''),
+            image=dict(type='str', default=''),
             variable_names=dict(type='dict', default={}),
         ),
         supports_check_mode=True,
@@ -557,8 +646,8 @@ def main():
     if p['time_max_error_ms'] < 0:
         bad.append('time_max_error_ms=%s must be >= 0' % p['time_max_error_ms'])
     for spec in p['disks']:
-        if spec['need_bytes'] < 0 or spec['need_inodes'] < 0:
-            bad.append('disks: %s needs need_bytes and need_inodes >= 0' % spec['path'])
+        if spec['need_bytes'] < 0 or spec['need_inodes'] < 0 or spec['model_bytes'] < 0:
+            bad.append('disks: %s needs need_bytes, need_inodes and model_bytes >= 0' % spec['path'])
     for spec in p['ports']:
         if not 0 < spec['port'] < 65536:
             bad.append('ports: %s is not a TCP port' % spec['port'])
@@ -588,7 +677,7 @@ def main():
         facts['driver'] = driver
         checks.append(qualify.judge_driver(driver, p['driver_allow'], p['driver_deny'], p['driver_required'],
                                            var('driver_allow'), var('driver_deny'), var('driver_required')))
-        checks.extend(measure_disks(p['disks']))
+        checks.extend(measure_disks(module, p['disks']))
         meminfo = read_text('/proc/meminfo')
         facts.update(qualify.meminfo_facts(meminfo))
         checks.append(qualify.judge_memory(meminfo, p['memory_fraction'], p['memory_reserve_mib'],
@@ -608,9 +697,14 @@ def main():
         checks.extend(measure_links(p['links']))
     except qualify.QualifyError as exc:
         module.fail_json(msg='node_qualify: %s' % exc)
+    extra = {}
+    if p['fabric_address']:
+        extra['fabric'] = read_fabric(module, p['links'], p['fabric_address'])
+    if p['image']:
+        extra['image'] = read_image(module, p['image'])
     failed = qualify.count_failed(checks)
     module.exit_json(changed=False, checks=checks, failed_checks=failed, facts=facts, time=time_result,
-                     msg='%d of %d checks failed' % (failed, len(checks)))
+                     msg='%d of %d checks failed' % (failed, len(checks)), **extra)
 
 
 if __name__ == '__main__':

@@ -8,7 +8,9 @@ handler leaves the engine on the old settings, and the next run's writes report 
 node's state instead of a handler: dockerd is stale when systemd says its unit files changed since they were loaded
 (NeedDaemonReload, e.g. a drop-in written or removed), or when one of the files is newer than the moment the
 service last became active. Both times come from the node's own clock. Pure Python, no I/O: the role feeds it
-``systemctl show --timestamp=us+utc`` and ``stat`` results (filter ``dspark.cluster.dockerd_restart_reason``).
+``systemctl show --timestamp=us+utc`` and the files' ``stat``, both read by module
+``dspark.cluster.docker_runtime_info`` in the shape of a ``stat`` loop's results (filter
+``dspark.cluster.dockerd_restart_reason``).
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The fabric role's validation and planning (was Jinja in roles/fabric/vars/main.yml).
 
-Each function takes ``inputs``: the role's variables as the role's ``tasks/plan_inputs.yml`` gathers them into
-``_fabric_plan_inputs`` (``model`` is the group model of ``_group_model``; ``pre``/``gid``/``post``/... are the node
-reads the later ``tasks/plan_*.yml`` steps add) and returns what one variable of the role used to compute. The filter
+Each function takes ``inputs``: the role's variables as the role's ``vars/main.yml`` (``_fabric_input_values``)
+gathers them into ``_fabric_plan_inputs`` (``model`` is the group model of ``_group_model``; ``pre``/``gid``/``post``/...
+are the node reads the ``tasks/plan_*.yml`` steps add) and returns what one variable of the role used to compute. The filter
 ``dspark.cluster.fabric_plan`` gives them one phase of the role at a time (``PHASES``, at the end: one structure per
 phase). The input rules (``group_findings``, ``node_findings``) are the one definition preflight runs too
 (``inventory_rules.check_fabric``). Pure Python (stdlib ``ipaddress``), no I/O.
@@ -552,8 +552,9 @@ def summary(inputs):
 
 
 # --------------------------------------------------------------------------- the files and the handler's script
-# (was Jinja in roles/fabric/tasks/plan_files.yml, its templates and handlers/main.yml). Their inputs are the values the
-# role decided before (backend, in_container, fabric_links, rings, mtu) and the role's file paths, under these keys.
+# (was Jinja in roles/fabric/tasks/plan_files.yml, now _fabric_files of its vars/main.yml, its templates and
+# handlers/main.yml). Their inputs are the values the role decided before (backend, in_container, fabric_links, rings,
+# mtu) and the role's file paths, under these keys.
 
 def link_local(inputs):
     """Whether the fabric links keep an IPv6 link-local address: fabric_ipv6_link_local, never with fabric_ipv6_disable
@@ -655,9 +656,10 @@ def apply_script(inputs):
 
 
 # --------------------------------------------------------------------------- the role's phases
-# One structure per step of the role (tasks/plan_<phase>.yml sets it as _fabric_phase_<phase>), each computed once
-# from the inputs and the node reads the role made by then. ``published`` maps a fact name to {member: its value}
-# for what the members published with set_fact (fabric_links, _fabric_phase_gid, fabric_check_result).
+# One structure per step of the role (tasks/plan_<phase>.yml sets it as _fabric_phase_<phase>, or vars/main.yml renders
+# it where it is used: checks, report), each computed from the inputs and the node reads the role made by then.
+# ``published`` maps a fact name to {member: its value} for what the members published with set_fact (fabric_links,
+# _fabric_phase_gid, fabric_check_result).
 
 def phase_inputs(inputs, published=None):
     """From the inputs alone: the fabric links, what fabric_check reads before the change, the sysctls it reads."""

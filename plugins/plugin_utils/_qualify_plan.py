@@ -43,23 +43,27 @@ def disks(inputs):
     """node_qualify's `disks`: the model cache (what the model still needs plus the reserve) and Docker's root.
 
     inputs: hf_cache, model_bytes (qualify_model_bytes; 0: the checkpoint manifest's size), manifest_bytes (the
-    size a member's checkpoint manifest gives; 0: none), present_bytes (what of the model the cache holds already),
-    reserve_bytes, min_inodes, docker_root, docker_root_min_bytes.
+    size a member's checkpoint manifest gives; 0: none), present_bytes (what of the model the cache holds already)
+    or present_path (where the model is in the cache: node_qualify measures it, and its label's {present} says what
+    it found), reserve_bytes, min_inodes, docker_root, docker_root_min_bytes.
     """
     model = _int(inputs.get("model_bytes"))
     source = "qualify_model_bytes"
     if not model and _int(inputs.get("manifest_bytes")):
         model, source = _int(inputs.get("manifest_bytes")), "the checkpoint manifest"
+    measured = bool(inputs.get("present_path"))
     present = _int(inputs.get("present_bytes"))
-    need = max(0, model - present) + _int(inputs.get("reserve_bytes"))
+    need = _int(inputs.get("reserve_bytes")) + (0 if measured else max(0, model - present))
     # `variable` names the path's variable (the module's Fix offers another path); the label, what sets the need.
     out = [{"path": inputs["hf_cache"], "need_bytes": need, "need_inodes": _int(inputs.get("min_inodes")),
             "variable": "dspark_hf_cache",
             "label": "the model cache: %s" % (
-                "the model's %d bytes (%s), %d already there, plus qualify_disk_reserve_bytes"
-                % (model, source, min(present, model))
+                "the model's %d bytes (%s), %s already there, plus qualify_disk_reserve_bytes"
+                % (model, source, "{present}" if measured else min(present, model))
                 if model else "qualify_disk_reserve_bytes only (qualify_model_bytes is 0 and no member has a checkpoint "
                               "manifest yet: set it to the checkpoint's size)")}]
+    if measured and model:
+        out[0].update(model_bytes=model, present_path=inputs["present_path"])
     if inputs.get("docker_root") and _int(inputs.get("docker_root_min_bytes")) > 0:
         out.append({"path": inputs["docker_root"], "need_bytes": _int(inputs["docker_root_min_bytes"]),
                     "need_inodes": 0, "variable": "qualify_docker_root",
@@ -93,8 +97,12 @@ def ping_interfaces(inputs):
 
 
 def unaddressed(inputs):
-    """The members (in rank order) that do not hold their fabric address. inputs: members, addressed ({host: bool})."""
-    addressed_of = inputs.get("addressed") or {}
+    """The members (in rank order) that do not hold their fabric address. inputs: members, addressed ({host: bool})
+    or measured ({host: node_qualify's result, whose `fabric` says it, or None})."""
+    addressed_of = inputs.get("addressed")
+    if addressed_of is None:
+        addressed_of = dict((host, bool(((res or {}).get("fabric") or {}).get("addressed")))
+                            for host, res in (inputs.get("measured") or {}).items())
     return [host for host in inputs.get("members") or [] if not addressed_of.get(host)]
 
 
@@ -293,6 +301,16 @@ def bandwidth_checks(inputs):
     return out
 
 
+def rdma_checks(inputs):
+    """This node's RoCE checks: ``skip`` (rdma_skip's) when the RoCE checks did not run, else gid_checks of ``gid``
+    plus bandwidth_checks of ``bandwidth`` (runs, and floor: bandwidth_floor's inputs)."""
+    if inputs.get("skip"):
+        return list(inputs["skip"])
+    bandwidth = inputs.get("bandwidth") or {}
+    return gid_checks(inputs.get("gid") or {}) + bandwidth_checks({"runs": bandwidth.get("runs") or {},
+                                                                   "floor": bandwidth_floor(bandwidth.get("floor") or {})})
+
+
 def bandwidth_peer(hostvars_of):
     """What a member published for the bandwidth tests: its fabric address, rank and RDMA port."""
     hostvars_of = hostvars_of or {}
@@ -364,15 +382,17 @@ def manifest_bytes(inputs):
 def gpu_checks(inputs):
     """The GPU seen from inside a container of the serving image: `nvidia-smi -L` run with --gpus all.
 
-    inputs: image (docker image inspect's result), run (docker run's result, None when skipped), want (GPUs per
-    node), image_name.
+    inputs: image (node_qualify's `image`: docker, present; or docker image inspect's result), run (docker run's result,
+    None when skipped), want (GPUs per node), image_name.
     """
     image = inputs.get("image") or {}
     name = inputs.get("image_name")
-    if image.get("skipped") or image.get("rc") is None:
+    docker = image.get("docker") if "docker" in image else not (image.get("skipped") or image.get("rc") is None)
+    present = image.get("present") if "present" in image else image.get("rc") == 0
+    if not docker:
         return [check("gpu", "container", None, None, SKIP, "GPU in a container not checked: Docker is not there yet "
                       "(the docker_runtime role installs it)", variable="qualify_gpu")]
-    if image.get("rc") != 0:
+    if not present:
         return [check("gpu", "container", None, None, SKIP, "GPU in a container not checked: the serving image %s is not "
                       "on this node yet (docker_runtime loads it; qualify again after)" % name, variable="qualify_gpu")]
     run = inputs.get("run") or {}

@@ -47,6 +47,8 @@ _UNSAFE_RE = re.compile(r"[\x00-\x1f\x7f]")
 # The stick table of the per-key limits: entries (SHA-256 of a key, or of a client address) kept 60 s after their
 # last request; HAProxy drops the oldest when it is full.
 KEY_TABLE = "type binary len 32 size 100k expire 60s store http_req_rate(1s),conn_cur"
+# The per-key limits' sample: the Authorization header without its scheme, whatever its case, hashed.
+KEY_SAMPLE = "req.fhdr(authorization),regsub(^bearer\\ +,,i),sha2(256)"
 # A refused request gets a JSON error the way OpenAI's clients read it. Single-quoted in haproxy.cfg: no ' inside.
 _ERRORS = {
     400: ("invalid_request_error", "one Authorization header at most"),
@@ -161,10 +163,11 @@ def edge(settings):
     if rate > 0 or concurrency > 0:
         limit = "hdr Retry-After 1"
         lines += [
-            "# Per-key limits: one entry per SHA-256 of the Authorization header (the client's address without one), never",
-            "# the key itself; over a limit the router answers 429 with Retry-After.",
+            "# Per-key limits: one entry per SHA-256 of the key (the client's address without a header), never the key",
+            "# itself; over a limit the router answers 429 with Retry-After. vLLM takes the scheme in any case, so the",
+            "# scheme is cut off before the hash (any case, any spaces): every spelling of it shares one entry.",
             "stick-table %s" % KEY_TABLE,
-            "http-request track-sc0 req.fhdr(authorization),sha2(256) if { req.fhdr(authorization) -m found }",
+            "http-request track-sc0 %s if { req.fhdr(authorization) -m found }" % KEY_SAMPLE,
             "http-request track-sc0 src,sha2(256) unless { req.fhdr(authorization) -m found }",
         ]
         if rate > 0:

@@ -21,7 +21,10 @@ export NO_COLOR=1
 # Where a stage spends its time: every log line carries the seconds since the stage began (Python unbuffered so
 # that the stamp is the line's own time), and every pytest run lists its slowest tests.
 export PYTHONUNBUFFERED=1
-export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-} --durations=15"
+export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-} --durations=15 -p dspark_skip_policy"
+# No silent skip: every pytest run of a stage fails on a skip that tests/ci/allowed_skips.txt does not allow.
+PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/pytest_plugins${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH
 
 start=$SECONDS
 {

@@ -1,9 +1,9 @@
 """The fabric role's configure step (ansible.builtin.template + handlers) under real Ansible, on the controller.
 
-tasks/configure.yml and tasks/plan_files.yml of roles/fabric run with the role's defaults, vars and templates on the
-local connection, each fake host's file paths moved under a temporary directory and the handlers replaced by
-stand-ins on the same listen topics (fabric_configure/handlers.yml: the real ones reconfigure the links and load the
-sysctls), after fake node reads (fabric_configure/main.yml). Asserted: check mode writes nothing; a first run writes
+tasks/configure.yml, configure_node.yml and configure_now.yml of roles/fabric run with the role's defaults, vars and
+templates on the local connection, each fake host's file paths moved under a temporary directory and the handlers
+replaced by stand-ins on the same listen topics (fabric_configure/handlers.yml: the real ones reconfigure the links and
+load the sysctls), after fake node reads (fabric_configure/main.yml). Asserted: check mode writes nothing; a first run writes
 every file and runs each handler once, before the next task; a second run and a --check --diff run change nothing; a
 live value that differs with unchanged files notifies the same handler, once even with a changed file too; a left-over
 second link's file is removed; netplan's file is 0600 and validated; a container gets only the memlock limit. What
@@ -38,7 +38,7 @@ def setup(tmp):
     os.makedirs(os.path.join(role, "handlers"))
     for part in ("defaults", "vars", "templates"):
         os.symlink(os.path.join(ROLE, part), os.path.join(role, part))
-    for name in ("configure.yml", "plan_files.yml"):
+    for name in ("configure.yml", "configure_node.yml", "configure_now.yml"):
         shutil.copy(os.path.join(ROLE, "tasks", name), os.path.join(role, "tasks", name))
     shutil.copy(os.path.join(HERE, "main.yml"), os.path.join(role, "tasks", "main.yml"))
     shutil.copy(os.path.join(HERE, "handlers.yml"), os.path.join(role, "handlers", "main.yml"))

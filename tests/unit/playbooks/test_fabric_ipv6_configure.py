@@ -1,6 +1,6 @@
 """fabric_ipv6_disable (issue #26 point 5) through the fabric role's configure step under real Ansible, on the controller.
 
-The harness of test_fabric_configure.py (the role's tasks/configure.yml and plan_files.yml, its defaults, vars and
+The harness of test_fabric_configure.py (the role's tasks/configure.yml and configure_node.yml, its defaults, vars and
 templates, files under a temporary directory, stand-in handlers): with the variable on, the sysctl file gets the fabric
 link's disable_ipv6 and the links ask for no link-local address (networkd and netplan), the sysctl handler runs once,
 a second run and a --check --diff run change nothing; turned off again, the files are as before the change. What the

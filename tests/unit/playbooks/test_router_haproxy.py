@@ -153,10 +153,10 @@ def send(port, request, timeout=5, source="127.0.0.1"):
     return int(lines[0].split()[1]), headers, body
 
 
-def request(port, path, method="GET", key=None, headers=(), body=b"", source="127.0.0.1"):
+def request(port, path, method="GET", key=None, headers=(), body=b"", source="127.0.0.1", scheme="Bearer"):
     lines = ["%s %s HTTP/1.1" % (method, path), "Host: router", "Connection: close", "X-Test-Client: 1"]
     if key is not None:
-        lines.append("Authorization: Bearer " + key)
+        lines.append("Authorization: %s %s" % (scheme, key))
     lines += list(headers)
     if body and not any(h.lower().startswith(("content-length", "transfer-encoding")) for h in headers):
         lines.append("Content-Length: %d" % len(body))
@@ -301,6 +301,20 @@ def test_over_the_rate_a_key_gets_429_with_retry_after_and_another_key_passes(ro
     result = bursts(attempt)
     assert result["headers"].get("retry-after") == "1"
     assert json.loads(result["body"])["error"]["type"] == "rate_limit_error"
+
+
+def test_a_burst_over_spellings_of_the_scheme_is_limited_as_one_key(router):
+    """vLLM serves BEARER <key> and bearer <key> as Bearer <key>: one bucket for every spelling of the scheme."""
+    spellings = ["Bearer", "BEARER", "bearer", "BeArEr", "Bearer "]
+
+    def attempt(number):
+        key = KEY % ("spell%d" % number)
+        statuses = [request(router["port"], "/v1/models", key=key, scheme=spellings[i % len(spellings)])[0]
+                    for i in range(RATE)]
+        over = request(router["port"], "/v1/models", key=key, scheme="bEARER")[0]
+        return {"ok": statuses == [200] * RATE and over == 429, "statuses": statuses, "over": over}
+
+    bursts(attempt)
 
 
 def test_without_a_key_the_client_address_is_limited(router):

@@ -393,3 +393,22 @@ def test_cma_required_on_a_spark():
     assert zero["verdict"] == "fail" and "0 kB" in zero["message"]
     good = qualify.judge_cma("CmaTotal:        1048576 kB\nCmaFree: 1000 kB\n", required=True)
     assert good["verdict"] == "pass" and good["value"] == 1024
+
+
+def test_du_and_what_of_the_model_is_there():
+    assert qualify.parse_du("1080033975\t/var/lib/dspark/hf-cache/hub/models--o--m\n") == 1080033975
+    assert qualify.parse_du("") == 0 and qualify.parse_du("du: cannot access") == 0
+    spec = {"need_bytes": 10, "model_bytes": 100, "label": "model: {present} there"}
+    assert qualify.model_disk_need(spec, 40) == (70, "model: 40 there")
+    assert qualify.model_disk_need(spec, 400) == (10, "model: 100 there")
+
+
+def test_the_fabric_address_from_ip_json():
+    ip_json = [{"ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
+               {"ifname": "enp1", "addr_info": [{"family": "inet", "local": "192.168.100.1", "prefixlen": 24}]},
+               {"ifname": "enp2", "addr_info": []}]
+    ipv4 = qualify.parse_ipv4(ip_json)
+    assert ipv4 == {"lo": ["127.0.0.1/8"], "enp1": ["192.168.100.1/24"], "enp2": []}
+    assert qualify.holds_address(ipv4, ["enp2", "enp1"], "192.168.100.1")
+    assert not qualify.holds_address(ipv4, ["enp2"], "192.168.100.1")
+    assert not qualify.holds_address(ipv4, ["enp1"], "")

@@ -189,3 +189,34 @@ def test_variable_names_are_cited(monkeypatch, capsys):
     os_check = by(result, "os")
     assert os_check["verdict"] == "fail" and os_check["variable"] == "qualify_os_allow"
     assert "qualify_os_allow" in os_check["message"] and "ubuntu 24.04" in os_check["message"]
+
+
+def test_the_model_in_the_cache_the_fabric_address_and_the_image(monkeypatch, capsys):
+    ip_json = json.dumps([{"ifname": "eth0", "addr_info": [{"family": "inet", "local": "192.168.100.1", "prefixlen": 24}]}])
+    calls = fake_node(monkeypatch, commands={
+        ("du", "-s", "--apparent-size", "--block-size=1", "--", "/srv/hub/models--o--m"): (0, "%d\t/srv\n" % 10 ** 9, ""),
+        ("ip", "-j", "-4", "addr", "show"): (0, ip_json, ""),
+        ("systemd-detect-virt", "--container"): (0, "docker\n", ""),
+        ("docker", "image", "inspect", "--format", "{{.Id}}", "reg/img:1"): (1, "", "Error: No such image: reg/img:1\n"),
+    })
+    code, result = run_module(capsys, {
+        "disks": [{"path": "/srv", "need_bytes": 10, "model_bytes": 3 * 10 ** 9, "present_path": "/srv/hub/models--o--m",
+                   "label": "cache: {present} there"}],
+        "links": [{"name": "eth0"}, {"name": "rdma0"}], "fabric_address": "192.168.100.1", "image": "reg/img:1",
+        "time_sync_required": False})
+    assert code == 0
+    disk = by(result, "disk")
+    assert disk["threshold"]["need_bytes"] == 2 * 10 ** 9 + 10 and "cache: 1000000000 there" in disk["message"]
+    assert result["fabric"] == {"address": "192.168.100.1", "addressed": True, "container": "docker",
+                                "ipv4": {"eth0": ["192.168.100.1/24"], "rdma0": []}}
+    assert result["image"] == {"name": "reg/img:1", "docker": True, "present": False,
+                               "msg": "Error: No such image: reg/img:1"}
+    assert all(call[0] in ("ss", "systemctl", "docker", "du", "ip", "systemd-detect-virt") for call in calls)
+
+
+def test_without_ip_docker_or_systemd_detect_virt(monkeypatch, capsys):
+    fake_node(monkeypatch, files={"/run/systemd/container": "lxc\n"})
+    code, result = run_module(capsys, {"links": [{"name": "eth0"}], "fabric_address": "192.168.100.1",
+                                       "image": "reg/img:1", "time_sync_required": False})
+    assert code == 0 and result["fabric"]["addressed"] is False and result["fabric"]["container"] == "lxc"
+    assert result["image"]["docker"] is False and result["image"]["present"] is False

@@ -261,3 +261,44 @@ def fixture_text(name):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "module_utils", "fixtures", "qualify", name), encoding="utf-8") as handle:
         return handle.read()
+
+
+def test_node_qualify_measures_what_of_the_model_the_cache_holds():
+    disk = plan.disks({"hf_cache": "/c", "model_bytes": 0, "manifest_bytes": 150, "present_path": "/c/hub/models--o--m",
+                       "reserve_bytes": 7})[0]
+    # The module adds what of model_bytes is not there yet (du of present_path) and fills {present} in the label.
+    assert disk["need_bytes"] == 7 and disk["model_bytes"] == 150 and disk["present_path"] == "/c/hub/models--o--m"
+    assert "the model's 150 bytes (the checkpoint manifest), {present} already there" in disk["label"]
+    need, label = qualify.model_disk_need(disk, 100)
+    assert need == 57 and "150 bytes (the checkpoint manifest), 100 already there" in label
+    unknown = plan.disks({"hf_cache": "/c", "model_bytes": 0, "present_path": "/c/x", "reserve_bytes": 9})[0]
+    assert unknown["need_bytes"] == 9 and "model_bytes" not in unknown and "{present}" not in unknown["label"]
+
+
+def test_the_unaddressed_members_from_what_node_qualify_read():
+    measured = {"h": {"fabric": {"addressed": True}}, "w1": {"fabric": {"addressed": False}}, "w2": None}
+    assert plan.unaddressed({"members": ["h", "w1", "w2"], "measured": measured}) == ["w1", "w2"]
+
+
+def test_the_gpu_image_as_node_qualify_saw_it():
+    listing = fixture_text("device_nvidia_smi_L.txt")
+    ok = plan.gpu_checks({"image": {"docker": True, "present": True}, "run": {"rc": 0, "stdout": listing}, "want": 1})[0]
+    assert ok["verdict"] == "pass"
+    absent = plan.gpu_checks({"image": {"docker": True, "present": False}, "image_name": "reg/img:1"})[0]
+    assert absent["verdict"] == "skip" and "reg/img:1 is not on this node yet" in absent["message"]
+    no_docker = plan.gpu_checks({"image": {"docker": False, "present": False}, "image_name": "reg/img:1"})[0]
+    assert no_docker["verdict"] == "skip" and "Docker is not there yet" in no_docker["message"]
+
+
+def test_the_rdma_checks_are_the_skip_or_the_gid_and_bandwidth_checks():
+    skip = plan.rdma_skip({"enabled": True, "hca": "rxe0", "container": "docker", "unaddressed": []})
+    assert plan.rdma_checks({"skip": skip, "gid": {"first": None}}) == skip
+    fast = plan.rdma_checks({"skip": [], "gid": {"first": {"gid_index": 3}, "second": None, "hca": "rxe0"},
+                             "bandwidth": {"runs": {}, "floor": {"min_gbits": 10}}})
+    assert [(c["check"], c["verdict"]) for c in fast] == [("gid", "pass")]
+    runs = {"results": [{"item": {"device": "rxe0", "peer": "w", "server": "10.0.0.2"}, "gbits_average": 5.0}]}
+    full = plan.rdma_checks({"skip": [], "gid": {"first": {"gid_index": 3}, "second": {"gid_index": 3}, "interval": 5,
+                                                 "hca": "rxe0"},
+                             "bandwidth": {"runs": runs, "floor": {"min_gbits": 10, "min_fraction": 0.4}}})
+    assert [(c["check"], c["verdict"]) for c in full] == [("gid", "pass"), ("rdma_bandwidth", "fail")]
+    assert full[1]["threshold"] == 10.0

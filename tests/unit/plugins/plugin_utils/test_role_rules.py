@@ -261,13 +261,17 @@ def test_a_broken_rule_stops_preflight_with_one_line(name):
     assert "sentinel" not in line and "me:pw" not in line and "\n" not in line
 
 
-@pytest.mark.parametrize("name", sorted(BREAKS))
+def _role_alone_cases():
+    """Every broken input but dspark_image under a checkpoint rule (not a checkpoint input: nothing to find alone)."""
+    return [name for name in sorted(BREAKS)
+            if not (next(r for r in _role_rules.RULES if r.name == name).role == "checkpoint" and BREAKS[name][2] == "dspark_image")]
+
+
+@pytest.mark.parametrize("name", _role_alone_cases())
 def test_the_role_alone_runs_the_same_rule(name):
     """The role's own check (check_group for its role only, as the action role_inputs asks) finds the same input."""
     item = next(r for r in _role_rules.RULES if r.name == name)
     overrides, dummy, var, dummy = BREAKS[name]
-    if item.role == "checkpoint" and var == "dspark_image":
-        pytest.skip("not a checkpoint input")
     hostvars = pair(overrides)
     if item.role in _role_rules.ROUTER_ROLES:
         groups = {"dspark": ["a-head", "a-worker"], "pair_a": ["a-head", "a-worker"], "dspark_router": [ROUTER]}

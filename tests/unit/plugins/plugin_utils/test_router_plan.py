@@ -81,7 +81,8 @@ def test_the_frontend_forwards_exact_paths_and_limits_each_key():
     assert front[5].startswith("http-request return status 413 ") and front[5].endswith("gt 1024 }")
     assert front[6].startswith("http-request return status 411 ")
     assert front[7] == "stick-table " + _router_plan.KEY_TABLE
-    assert front[8:10] == ["http-request track-sc0 req.fhdr(authorization),sha2(256) if { req.fhdr(authorization) -m found }",
+    assert front[8:10] == ["http-request track-sc0 req.fhdr(authorization),regsub(^bearer\\ +,,i),sha2(256)"
+                           " if { req.fhdr(authorization) -m found }",
                            "http-request track-sc0 src,sha2(256) unless { req.fhdr(authorization) -m found }"]
     assert front[10].endswith("hdr Retry-After 1 if { sc0_http_req_rate gt 50 }") and "status 429" in front[10]
     assert front[11].endswith("hdr Retry-After 1 if { sc0_conn_cur gt 64 }") and "status 429" in front[11]

@@ -1,0 +1,41 @@
+"""serve_node_info module: main() on this machine with nothing of the serve role there (the logic: test_serve_node)."""
+
+import json
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.dspark.cluster.plugins.modules import serve_node_info
+
+
+def test_main_reads_and_changes_nothing(tmp_path, capsys):
+    (tmp_path / "snap").mkdir()
+    args = {"docker_path": str(tmp_path / "no-docker"), "image": "x:1", "container": "c", "cache_dir": str(tmp_path),
+            "snapshot_dir": str(tmp_path / "snap"), "stamp_path": str(tmp_path / "stamp.json"),
+            "recheck": {"model": "org/m", "revision": "a" * 40, "cache_dir": str(tmp_path / "hf"),
+                        "files_path": str(tmp_path / "files.json")},
+            "firewall_table": "dspark_serve", "nft_path": str(tmp_path / "no-nft"),
+            "files": [{"path": str(tmp_path / "absent"), "mode": "0600"}], "timeout": 5}
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exit_info:
+            serve_node_info.main()
+    assert exit_info.value.code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["changed"] is False and result["docker"] is False and result["image"]["id"] is None
+    assert result["snapshot_isdir"] is True and result["stamp"] == {}
+    assert result["recheck"]["ok"] is False and "no verification record" in result["recheck"]["msg"]
+    assert result["firewall"]["nft"] is False and result["files"] == {str(tmp_path / "absent"): False}
+    assert list(tmp_path.iterdir()) == [tmp_path / "snap"]
+
+
+def test_runner_bounds_and_reports_missing_commands():
+    class Fake:
+        @staticmethod
+        def get_bin_path(name):
+            return None
+
+    run = serve_node_info.runner(Fake(), 5)
+    assert run(["no-such-command-here", "x"])[0] == 127
+    assert run(["/bin/sh", "-c", "echo out; echo err >&2"]) == (0, "out\n", "err\n")
+    assert serve_node_info.runner(Fake(), 1)(["/bin/sh", "-c", "sleep 3"])[0] == 124
