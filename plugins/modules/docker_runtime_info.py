@@ -128,7 +128,7 @@ def main():
         supports_check_mode=True,
     )
     try:
-        result = run(module.params, lambda argv: module.run_command(argv))
+        result = run(module.params, module.run_command)
     except StateError as error:
         module.fail_json(msg=str(error))
     module.exit_json(**result)

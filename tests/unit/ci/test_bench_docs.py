@@ -17,9 +17,14 @@ SITE_NOOP = {
     "machine": {"cpu": "Test CPU", "cores": 2, "python": "3.11.7"},
     "git_commit": "abc1234",
     "runs": 3,
-    "seconds": [41.5, 42.25, 47.0],
-    "median_seconds": 42.25,
+    "host_tasks_per_node_max": 90,
+    "wall_s_each": [41.5, 42.25, 47.0],
+    "cpu_s_per_node": 9.5,
+    "forced": {"wall_s": 40.0},
+    "forced_wall_over_baseline": 0.7,
     "max_changed": 0,
+    "baseline": {"host_tasks": {"a-head": 241, "a-worker": 238}, "wall_s_each": [50.0, 51.0, 52.5],
+                 "cpu_s_per_node": 18.0, "forced": {"wall_s": 57.0}},
     "goal": {"max_seconds": 60.0, "changed": 0},
     "met": True,
 }
@@ -48,8 +53,9 @@ def test_every_result_is_rendered_with_goal_verdict_numbers_commit_date_and_scri
     page = bench_docs.render(results(tmp_path, {"site_noop.json": SITE_NOOP, "recovery.json": RECOVERY}))
     assert "| `site_noop.json` | No-op re-run of site.yml | `seconds` at most 60.0, `changed` = 0 | **met** | 2031-01-02 |" in page
     assert "| `recovery.json` |" in page and "**not met**" in page
-    assert "- median (s): 42.25" in page
-    assert "- wall time of each run (s): 41.5, 42.25, 47.0" in page
+    assert "- controller CPU per node (s): 9.5" in page
+    assert "- wall of each run (s): 41.5, 42.25, 47.0" in page
+    assert "- baseline: host-tasks per node: 241, 238" in page
     assert "- death to serving, each run (s): 77.7, 66.6" in page
     assert "2031-01-02T03:04:05Z, commit `abc1234`" in page
     assert "commit `0123456789ab`" in page
@@ -72,14 +78,14 @@ def test_write_then_check_passes_and_a_changed_result_is_drift(tmp_path, capsys)
     argv = ["--results", str(directory), "--output", str(page)]
     assert bench_docs.main(argv) == 0
     assert bench_docs.main(argv + ["--check"]) == 0
-    changed = dict(SITE_NOOP, median_seconds=99.5, met=False)
+    changed = dict(SITE_NOOP, cpu_s_per_node=99.5, met=False)
     (directory / "site_noop.json").write_text(json.dumps(changed), encoding="utf-8")
     capsys.readouterr()
     assert bench_docs.main(argv + ["--check"]) == 1
     err = capsys.readouterr().err
-    assert "-- median (s): 42.25" in err and "+- median (s): 99.5" in err
+    assert "-- controller CPU per node (s): 9.5" in err and "+- controller CPU per node (s): 99.5" in err
     assert "Fix: run python tests/ci/bench_docs.py" in err
-    assert "42.25" in page.read_text(encoding="utf-8")  # --check writes nothing
+    assert "per node (s): 9.5" in page.read_text(encoding="utf-8")  # --check writes nothing
 
 
 def test_a_hand_edit_of_the_page_is_drift(tmp_path, capsys):
@@ -89,13 +95,13 @@ def test_a_hand_edit_of_the_page_is_drift(tmp_path, capsys):
     bench_docs.main(argv)
     page.write_text(page.read_text(encoding="utf-8").replace("42.25", "36"), encoding="utf-8")
     assert bench_docs.main(argv + ["--check"]) == 1
-    assert "+- median (s): 42.25" in capsys.readouterr().err
+    assert "+- wall of each run (s): 41.5, 42.25, 47.0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name, content, words", [
     ("site_noop.json", "{not json", "not valid JSON"),
     ("site_noop.json", "[1, 2]", "must be a JSON object"),
-    ("site_noop.json", json.dumps({k: v for k, v in SITE_NOOP.items() if k != "median_seconds"}), "no field 'median_seconds'"),
+    ("site_noop.json", json.dumps({k: v for k, v in SITE_NOOP.items() if k != "cpu_s_per_node"}), "no field 'cpu_s_per_node'"),
     ("brand_new.json", json.dumps(SITE_NOOP), "no entry for it in BENCHMARKS"),
 ])
 def test_a_garbled_or_unknown_result_is_a_clear_error_naming_the_file(tmp_path, capsys, name, content, words):

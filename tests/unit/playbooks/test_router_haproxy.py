@@ -247,13 +247,25 @@ def test_the_exporter_answers_get_metrics_on_its_own_port_only(router):
     assert "frontend dspark_metrics" in router["config"] and "no log" in router["config"]
 
 
+def forwarded(router, path, method="GET", name="fwd", headers=(), body=b""):
+    """A request with a fresh key, tried again with another fresh key on a 429: HAProxy 2.6's rate counters
+    over-report after a clock jump on a loaded machine (see bursts); what is tested here is the forwarding."""
+    for attempt in range(3):
+        key = KEY % ("%s%d" % (name, attempt))
+        answer = request(router["port"], path, method, key, headers, body)
+        if answer[0] != 429:
+            return key, answer
+        time.sleep(1.1)
+    raise AssertionError("429 on three fresh keys: %r" % (answer,))
+
+
 def test_an_allowed_path_is_forwarded_with_its_key(router):
-    status, headers, body = request(router["port"], "/v1/models?limit=1", key=KEY % "fwd")
+    key, (status, headers, body) = forwarded(router, "/v1/models?limit=1")
     assert status == 200 and headers.get("x-dspark-group") == "pair_a" and json.loads(body)["object"] == "list"
     seen = router["backend"].client_requests()[-1]
-    assert seen["path"] == "/v1/models?limit=1" and seen["headers"]["authorization"] == "Bearer " + KEY % "fwd"
-    status, dummy, dummy = request(router["port"], "/v1/chat/completions", "POST", KEY % "fwd",
-                                   ["Content-Type: application/json"], b"{}")
+    assert seen["path"] == "/v1/models?limit=1" and seen["headers"]["authorization"] == "Bearer " + key
+    dummy, (status, dummy, dummy) = forwarded(router, "/v1/chat/completions", "POST", "fwdpost",
+                                              ["Content-Type: application/json"], b"{}")
     assert status == 200 and router["backend"].client_requests()[-1]["path"] == "/v1/chat/completions"
 
 
