@@ -17,7 +17,6 @@ tests feed it canned answers.
   the role does not reach the tasks that write them.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -30,6 +29,7 @@ from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint import (
     recheck,
     render_recheck,
     resolve_revision,
+    sha256_file,
     snapshot_dir,
 )
 
@@ -47,14 +47,14 @@ def _read(path):
 
 
 def file_sha256(path):
-    """sha256 hex digest of a regular file's bytes (None when it is not a readable regular file)."""
+    """sha256 hex digest of a regular file's bytes (None when it is not a readable regular file); the checkpoint's
+    chunked reader does the hashing."""
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return None
-    except OSError:
+        return sha256_file(path, sparse=False)
+    except (IOError, OSError):
         return None
-    data = _read(path)
-    return hashlib.sha256(data).hexdigest() if data is not None else None
 
 
 def file_current(path, sha256=None, mode=None, kind='file'):
