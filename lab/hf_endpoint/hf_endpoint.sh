@@ -206,6 +206,8 @@ write_vars() {
 # ansible-playbook -i ${INVENTORY#"$REPO"/} playbooks/checkpoint.yml -e @${dir#"$REPO"/}/vars.yml
 checkpoint_download: true
 checkpoint_download_endpoint: "$url"
+# The endpoint is plain http on the lab's own network: the checkpoint role refuses a token over http without this.
+checkpoint_allow_insecure_endpoint: true
 checkpoint_download_pip_index: "$url/simple/"
 checkpoint_download_package: "$package"
 checkpoint_hf_token: "{{ lookup('ansible.builtin.file', '$dir/token') }}"

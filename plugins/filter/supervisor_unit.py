@@ -21,14 +21,27 @@ description:
     and in range.
   - Without problems it returns the C(ExecStart) command line with every argument quoted by systemd's rules, the
     C(Environment) assignments, and the paths of the SSH key and known hosts file in the state directory.
+  - It also checks C(supervisor_node_key_from) (IP addresses or CIDR networks, never every address) and returns the
+    authorized_keys line that limits the supervisor's key on the nodes to those addresses (C(from=), C(restrict,pty));
+    empty, the list is this host's address when that is an IP address other than loopback.
 options:
   _input:
     description: The playbook's variables, C(supervisor_user), C(supervisor_project_dir), C(supervisor_venv),
       C(supervisor_inventory), C(supervisor_state_dir), C(supervisor_groups), C(supervisor_interval) and the other
-      numbers, C(supervisor_vault_password_file), C(supervisor_ssh_private_key), C(supervisor_ssh_known_hosts) and
-      C(supervisor_service_enabled), as a mapping of their names to their values.
+      numbers, C(supervisor_vault_password_file), C(supervisor_ssh_private_key), C(supervisor_ssh_known_hosts),
+      C(supervisor_node_key_from) and C(supervisor_service_enabled), as a mapping of their names to their values.
     type: dict
     required: true
+  host_address:
+    description: The supervisor host's address (its C(dspark_mgmt_address), else C(ansible_host)), the default of
+      C(supervisor_node_key_from).
+    type: str
+    default: ""
+  public_key:
+    description: The text of the public key beside C(supervisor_ssh_private_key) (its C(.pub)), for the printed line;
+      empty gives a placeholder.
+    type: str
+    default: ""
 """
 
 EXAMPLES = r"""
@@ -61,6 +74,13 @@ _value:
     known_hosts_path:
       description: The service user's known hosts file.
       type: str
+    node_key_line:
+      description: The authorized_keys line of the supervisor's key on the nodes, with C(from=) its addresses.
+      type: str
+    node_key_message:
+      description: What the playbook prints about that line, one item per line.
+      type: list
+      elements: str
 """
 
 

@@ -544,17 +544,32 @@ def docker_proxy_target(cmdline):
     return wanted['container-ip'], wanted.get('container-port')
 
 
-def judge_port(spec, holders, own_containers=()):
-    """spec: {port, label, variable}; holders: [{address, process, pid, container}] of the listeners on that port,
-    process/pid None when ss did not show them, container the docker name (or 'id <short>') or None for a host
-    process."""
+def unit_from_cgroup(text):
+    """The systemd service that holds a process, from /proc/<pid>/cgroup (the unified or name=systemd hierarchy):
+    'x.service' for .../system.slice/x.service, else None."""
+    for line in (text or '').splitlines():
+        parts = line.strip().split(':', 2)
+        if len(parts) == 3 and ((parts[0] == '0' and parts[1] == '') or parts[1] == 'name=systemd'):
+            names = [n for n in parts[2].split('/') if n]
+            if names and names[-1].endswith('.service'):
+                return names[-1]
+    return None
+
+
+def judge_port(spec, holders, own_containers=(), own_units=()):
+    """spec: {port, label, variable}; holders: [{address, process, pid, container[, unit]}] of the listeners on that
+    port, process/pid None when ss did not show them, container the docker name (or 'id <short>') or None for a host
+    process, unit the systemd service of a host process (this collection's API edge is one of own_units)."""
     port = int(spec['port'])
     variable = spec.get('variable') or None
     label = spec.get('label') or 'port %d' % port
     named = '%s=%d' % (variable, port) if variable else 'port %d' % port
     own = set(own_containers or ())
+    units = set(own_units or ())
     value = [dict(h) for h in holders]
     threshold = {'own_containers': sorted(own)}
+    if units:
+        threshold['own_units'] = sorted(units)
     if not holders:
         return make_check('port', port, value, threshold, 'pass', '%s (%s) is free' % (named, label), None, variable)
     foreign, unknown, owned = [], [], []
@@ -563,6 +578,8 @@ def judge_port(spec, holders, own_containers=()):
         if holder.get('container'):
             text = "container '%s' (pid %s %s)" % (holder['container'], holder.get('pid'), where)
             (owned if holder['container'] in own else foreign).append(text)
+        elif holder.get('unit') and holder['unit'] in units:
+            owned.append("unit '%s' ('%s' pid %s %s)" % (holder['unit'], holder.get('process'), holder['pid'], where))
         elif holder.get('pid') is None:
             unknown.append('unknown holder %s (ss shows no process: not root, or the holder runs in another pid namespace)' % where)
         else:

@@ -258,4 +258,8 @@ def read_node(params, run):
         # Only `enabled` counts: anything else (disabled, static, enabled-runtime, no systemd) goes to the role's task.
         rc, out, dummy = run(['systemctl', 'is-enabled', unit])
         result['units'][unit] = rc == 0 and (out or '').strip() == 'enabled'
+    result['active'] = {}
+    for unit in p.get('active_units') or []:
+        rc, out, dummy = run(['systemctl', 'is-active', unit])
+        result['active'][unit] = rc == 0 and (out or '').strip() == 'active'
     return result

@@ -28,6 +28,10 @@ MAX_ERROR_BODY = 65536
 # Characters of an unexpected answer kept as its text.
 TEXT_CHARS = 400
 CONTENT_CHARS = 200
+# The serve role's API edge (plugin_utils/_serve_edge.py) marks its own 503 while nothing listens behind it: for the
+# probe that is the engine's port refusing the connection (not started yet), never vLLM's 503 of a dead engine.
+EDGE_HEADER = 'X-Dspark-Edge'
+EDGE_UNREACHABLE = 'engine-unreachable'
 
 
 def build_opener():
@@ -57,6 +61,10 @@ def call(opener, base, method, path, body, timeout, api_key=None):
         try:
             raw = exc.read(MAX_ERROR_BODY)
         except Exception:  # pylint: disable=broad-except
+            raw = b''
+        if exc.code == 503 and (exc.headers or {}).get(EDGE_HEADER) == EDGE_UNREACHABLE:
+            out['status'] = None
+            out['error'] = 'ConnectionRefusedError: the API edge answers, the engine behind it does not listen yet'
             raw = b''
     except Exception as exc:  # pylint: disable=broad-except
         reason = getattr(exc, 'reason', exc)

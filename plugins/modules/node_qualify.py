@@ -189,6 +189,13 @@ options:
     type: list
     elements: str
     default: []
+  own_units:
+    description:
+      - systemd services of this deployment (the API edge, C(dspark-edge.service)) whose host processes may hold
+        O(ports).
+    type: list
+    elements: str
+    default: []
   links:
     description:
       - Network interfaces that must be up, read from C(/sys/class/net/<name>/) (operstate, carrier, speed, mtu).
@@ -526,7 +533,7 @@ def holder_of(pid, process, docker):
     return None
 
 
-def measure_ports(module, ports, own_containers):
+def measure_ports(module, ports, own_containers, own_units=()):
     if not ports:
         return []
     result = run(module, ['ss', '-Hltnp'])
@@ -547,9 +554,11 @@ def measure_ports(module, ports, own_containers):
             for user in listener['users']:
                 holder = {'address': listener['address'], 'process': user['name'], 'pid': user['pid'],
                           'container': holder_of(user['pid'], user['name'], docker)}
+                if own_units and not holder['container']:
+                    holder['unit'] = qualify.unit_from_cgroup(read_text('/proc/%d/cgroup' % user['pid']))
                 if holder not in holders:
                     holders.append(holder)
-        checks.append(qualify.judge_port(spec, holders, own_containers))
+        checks.append(qualify.judge_port(spec, holders, own_containers, own_units))
     return checks
 
 
@@ -628,6 +637,7 @@ def main():
             ports=dict(type='list', elements='dict', default=[], options=dict(
                 port=dict(type='int', required=True), label=dict(type='str'), variable=dict(type='str'))),
             own_containers=dict(type='list', elements='str', default=[]),
+            own_units=dict(type='list', elements='str', default=[]),
             links=dict(type='list', elements='dict', default=[], options=dict(
                 name=dict(type='str', required=True), variable=dict(type='str'),
                 min_speed_mbps=dict(type='int', default=0))),
@@ -693,7 +703,7 @@ def main():
         time_result = qualify.time_facts(timex, wall)
         checks.append(qualify.judge_time(time_result, p['time_sync_required'], p['time_max_error_ms'], error,
                                          var('time_sync_required'), var('time_max_error_ms')))
-        checks.extend(measure_ports(module, p['ports'], p['own_containers']))
+        checks.extend(measure_ports(module, p['ports'], p['own_containers'], p['own_units']))
         checks.extend(measure_links(p['links']))
     except qualify.QualifyError as exc:
         module.fail_json(msg='node_qualify: %s' % exc)

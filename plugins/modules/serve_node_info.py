@@ -133,6 +133,12 @@ options:
     type: list
     elements: str
     default: []
+  active_units:
+    description:
+      - systemd units whose C(systemctl is-active) answer is read (C(active) or not).
+    type: list
+    elements: str
+    default: []
   timeout:
     description:
       - Seconds each command may take; one that runs out reads as failed.
@@ -225,6 +231,10 @@ units:
   description: Unit -> whether C(systemctl is-enabled) says C(enabled).
   type: dict
   returned: always
+active:
+  description: Unit of O(active_units) -> whether C(systemctl is-active) says C(active).
+  type: dict
+  returned: always
 """
 
 import subprocess
@@ -279,6 +289,7 @@ def main():
                 kind=dict(type='str', choices=['file', 'directory'], default='file'),
             )),
             units=dict(type='list', elements='str', default=[]),
+            active_units=dict(type='list', elements='str', default=[]),
             timeout=dict(type='int', default=60),
         ),
         supports_check_mode=True,

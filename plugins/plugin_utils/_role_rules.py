@@ -539,6 +539,22 @@ def _checkpoint_download_urls(member):
     return out
 
 
+@rule("checkpoint.insecure_endpoint", ["checkpoint_download", "checkpoint_download_endpoint", "checkpoint_hf_token",
+                                       "checkpoint_allow_insecure_endpoint"])
+def _checkpoint_insecure_endpoint(member):
+    """Download with a token: checkpoint_download_endpoint is not plain http://, unless
+    checkpoint_allow_insecure_endpoint says so (issue #41: huggingface_hub sends the token on every request)."""
+    endpoint = member["checkpoint_download_endpoint"]
+    if (not _inputs.is_true(member["checkpoint_download"]) or not member["checkpoint_hf_token"]
+            or _inputs.is_true(member["checkpoint_allow_insecure_endpoint"])
+            or not isinstance(endpoint, str) or not endpoint.lower().startswith("http://")):
+        return []
+    return [("checkpoint_download_endpoint", shown_url(endpoint), "is plain http:// and checkpoint_hf_token is set: the "
+             "download would send the token in clear (an Authorization header on every request to the endpoint)",
+             "use the endpoint's https:// URL, or leave checkpoint_hf_token empty, or on a network you trust (the lab's "
+             "endpoint) set checkpoint_allow_insecure_endpoint: true")]
+
+
 @rule("checkpoint.download_venv", ["checkpoint_download", "checkpoint_download_venv"])
 def _checkpoint_download_venv(member):
     """Download: checkpoint_download_venv is an absolute directory."""
@@ -693,6 +709,24 @@ def _serve_open_api(member):
              "serve_api_keys are empty: anyone who reaches the port can use the model" % (member.group.name, head.host),
              "set serve_api_key (or serve_api_keys), or bind the API to 127.0.0.1 (serve_host), or accept an open API with "
              "serve_allow_unauthenticated: true")]
+
+
+@rule("serve.engine_port", ["serve_edge", "serve_engine_port", "dspark_api_port", "dspark_master_port"])
+def _serve_engine_port(member):
+    """With the API edge (serve_edge), vLLM listens on 127.0.0.1:serve_engine_port: a TCP port that is neither the
+    edge's (dspark_api_port) nor the group's rendezvous (dspark_master_port)."""
+    if not _inputs.is_true(member["serve_edge"]):
+        return []
+    value = member["serve_engine_port"]
+    port = _inputs.as_int(value)
+    if port is None or isinstance(value, bool) or not 0 < port < 65536:
+        return [("serve_engine_port", value, "is not a TCP port (1-65535)",
+                 "set serve_engine_port to a free port for vLLM on loopback, e.g. 18888")]
+    for var in ("dspark_api_port", "dspark_master_port"):
+        if _inputs.as_int(member[var]) == port:
+            return [("serve_engine_port", value, "equals %s: vLLM listens on 127.0.0.1:serve_engine_port behind the API "
+                     "edge, which needs %s for itself" % (var, var), "give serve_engine_port another free port")]
+    return []
 
 
 @rule("serve.numbers", ["serve_gpu_memory_utilization", "serve_max_num_seqs", "serve_max_num_batched_tokens",
@@ -1058,7 +1092,8 @@ _HEADER_RE = re.compile(r"^[A-Za-z0-9-]+\Z")
 ROUTER_PORTS = ("router_port", "router_tls_port", "router_stats_port", "router_metrics_port")
 ROUTER_HEALTH = ("router_health_interval", "router_health_fast_interval", "router_health_timeout", "router_health_fall",
                  "router_health_rise", "router_retries")
-ROUTER_LIMITS = ("router_key_rate_limit", "router_key_concurrency_limit", "router_max_body_bytes")
+ROUTER_LIMITS = ("router_key_rate_limit", "router_key_concurrency_limit", "router_max_body_bytes",
+                 "router_unauthenticated_rate")
 # Strings written into haproxy.cfg or the systemd drop-in: each must be one word of a strict shape (no line break, space
 # or quote can start another directive).
 ROUTER_WORDS = {

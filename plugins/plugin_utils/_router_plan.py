@@ -12,7 +12,8 @@ host -> mapping of variables.
 The edge (issue #26, docs/design-router-edge.md): only the paths of ``router_allowed_paths`` reach a head, compared
 byte for byte with the request's path; per-key limits on requests per second and concurrent requests, keyed by the
 SHA-256 of the Authorization header (the client's address without one), never the key itself; a bounded, declared
-request body; and a health check (GET /health) that carries no key.
+request body; a health check (GET /health) that carries no key; and, with TLS on, no key taken on the plain port
+(issue #41: 403 before anything is forwarded).
 """
 
 from __future__ import annotations
@@ -46,16 +47,22 @@ _UNSAFE_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 # The stick table of the per-key limits: entries (SHA-256 of a key, or of a client address) kept 60 s after their
 # last request; HAProxy drops the oldest when it is full.
-KEY_TABLE = "type binary len 32 size 100k expire 60s store http_req_rate(1s),conn_cur"
+# gpt0: set to 1 once a request of that key got a 2xx from a head (a key proven valid; see the per-source cap).
+KEY_TABLE = "type binary len 32 size 100k expire 60s store http_req_rate(1s),conn_cur,gpt0"
+# The per-source cap of requests without a valid key: per client address, the rate of the heads' 401s over 10 s.
+SOURCE_TABLE_NAME = "dspark_sources"
+SOURCE_TABLE = "type ipv6 size 100k expire 60s store gpc0_rate(10s)"
 # The per-key limits' sample: the Authorization header without its scheme, whatever its case, hashed.
 KEY_SAMPLE = "req.fhdr(authorization),regsub(^bearer\\ +,,i),sha2(256)"
 # A refused request gets a JSON error the way OpenAI's clients read it. Single-quoted in haproxy.cfg: no ' inside.
 _ERRORS = {
     400: ("invalid_request_error", "one Authorization header at most"),
+    403: ("invalid_request_error", "this port is plain HTTP and takes no API key: send it over HTTPS, to port %d of this "
+                                   "host (a key sent here crossed the network in clear)"),
     404: ("not_found_error", "not found: this endpoint serves the OpenAI API paths only"),
     411: ("invalid_request_error", "a request body needs a Content-Length (no chunked bodies)"),
     413: ("invalid_request_error", "request body larger than %d bytes"),
-    429: ("rate_limit_error", "too many %s for this API key, retry later"),
+    429: ("rate_limit_error", "too many %s, retry later"),
 }
 TLS_GLOBAL = [
     "ssl-default-bind-ciphers ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
@@ -136,14 +143,24 @@ def _error(status, detail=None):
 
 
 def edge(settings):
-    """The frontend's rules of the edge, in order: paths, Authorization headers, body size, per-key limits."""
+    """The frontend's rules of the edge, in order: keys on the plain port under TLS, paths, Authorization headers, body
+    size, per-key limits."""
     paths = list(settings["router_allowed_paths"] or [])
     for path in paths:
         if not isinstance(path, str) or not PATH_RE.match(path):
             raise ValueError("router_allowed_paths has %r, which is not a plain absolute path" % (path,))
     rate, concurrency = _number(settings, "router_key_rate_limit"), _number(settings, "router_key_concurrency_limit")
     body = _number(settings, "router_max_body_bytes")
-    lines = [
+    lines = []
+    if settings.get("tls") and _number(settings, "router_port") > 0:
+        lines += [
+            "# TLS is on, and the plain port too: a request with an Authorization header there is refused before anything",
+            "# else (nothing forwarded, nothing tracked), so a client that sends its key in clear fails at once instead of",
+            "# working on. Requests without a key pass as on the TLS port.",
+            "http-request %s if !{ ssl_fc } { req.fhdr_cnt(authorization) gt 0 }"
+            % _error(403, _number(settings, "router_tls_port")),
+        ]
+    lines += [
         "# The OpenAI API only (router_allowed_paths): the request's path must equal one of these byte for byte.",
         "# HAProxy does not normalise it, so /v1/models/../metrics, //v1/models, /v1/%6Dodels or /v1/models/ equal none",
         "# and are answered here with 404, never forwarded (vLLM serves /metrics, /tokenize, /docs... without a key).",
@@ -171,11 +188,35 @@ def edge(settings):
             "http-request track-sc0 src,sha2(256) unless { req.fhdr(authorization) -m found }",
         ]
         if rate > 0:
-            lines.append("http-request %s %s if { sc0_http_req_rate gt %d }" % (_error(429, "requests per second"), limit, rate))
+            lines.append("http-request %s %s if { sc0_http_req_rate gt %d }"
+                         % (_error(429, "requests per second for this API key"), limit, rate))
         if concurrency > 0:
             lines.append("http-request %s %s if { sc0_conn_cur gt %d }"
-                         % (_error(429, "concurrent requests"), limit, concurrency))
+                         % (_error(429, "concurrent requests for this API key"), limit, concurrency))
+        lines.append("http-response sc-set-gpt0(0) 1 if { status 200:299 }")
+    unauthenticated = _number(settings, "router_unauthenticated_rate") if "router_unauthenticated_rate" in settings else 0
+    if unauthenticated > 0:
+        proven = " !{ sc0_get_gpt0 eq 1 }" if rate > 0 or concurrency > 0 else ""
+        lines += [
+            "# Requests without a valid key, per client address: the heads' 401s counted over 10 s; over",
+            "# router_unauthenticated_rate, that address gets 429 (Retry-After 10) for every request whose key has not",
+            "# been answered 2xx here in the last minute. Random keys cannot escape it by filling the per-key table.",
+            "http-request track-sc1 src table %s" % SOURCE_TABLE_NAME,
+            "http-response sc-inc-gpc0(1) if { status 401 }",
+            "http-request %s hdr Retry-After 10 if { sc1_gpc0_rate(%s) gt %d }%s"
+            % (_error(429, "requests without a valid API key from this address"), SOURCE_TABLE_NAME, unauthenticated,
+               proven),
+        ]
     return lines
+
+
+def sources(settings):
+    """The stick table of the per-source cap (a table of its own: a frontend holds one), when the cap is on."""
+    unauthenticated = _number(settings, "router_unauthenticated_rate") if "router_unauthenticated_rate" in settings else 0
+    if unauthenticated <= 0:
+        return []
+    return ["", "# Per client address: the heads' 401s (router_unauthenticated_rate).",
+            "backend %s" % SOURCE_TABLE_NAME, "    stick-table %s" % SOURCE_TABLE]
 
 
 def metrics(settings):
@@ -279,6 +320,7 @@ def haproxy(settings, router_plan):
                                         rise=_number(settings, "router_health_rise")),
         ],
         "metrics": metrics(settings),
+        "sources": sources(settings),
         "stats": [] if stats_port <= 0 else [
             "",
             "# Read-only stats page, on loopback only.",

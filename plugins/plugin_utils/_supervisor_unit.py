@@ -13,6 +13,7 @@ anyway (``quote``). Pure Python, no Ansible imports.
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 import re
 
@@ -51,6 +52,13 @@ OPTIONS = (
 )
 KEY_NAME = ".ssh/id_nodes"
 KNOWN_HOSTS_NAME = ".ssh/known_hosts"
+# The supervisor's key in the nodes' authorized_keys (issue #41; the operator installs it): besides from=, no
+# forwarding of any kind, no ~/.ssh/rc (restrict), and a terminal kept (Ansible's ssh asks for one without pipelining).
+NODE_KEY_OPTIONS = "restrict,pty"
+# One OpenSSH public key line (type, base64, optional comment), as ssh-keygen writes <key>.pub.
+PUBLIC_KEY_RE = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)"
+                           r"@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\x00-\x1f\x7f]*)?\Z")
+PUBLIC_KEY_PLACEHOLDER = "<the public key of supervisor_ssh_private_key: ssh-keygen -y -f %s>"
 
 
 def quote(arg):
@@ -119,10 +127,92 @@ def _inside(path, folder):
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def unit(values):
-    """{problems, exec_start, environment, user, state_dir, key_path, known_hosts_path, ...} from the playbook's
-    ``supervisor_*`` variables (a mapping with those names as keys). When ``problems`` is not empty, the other
-    values are not to be used."""
+_FROM_FIX = "list the address(es) the nodes see the supervisor connect from, e.g. ['10.0.0.5'] or ['10.0.0.0/28']"
+
+
+def _from_entry(entry):
+    """(text for from=, network, None) of one supervisor_node_key_from entry, else (None, problem, fix)."""
+    text = entry.strip() if isinstance(entry, str) else None
+    try:
+        network = ipaddress.ip_network(text, strict=True) if text else None
+    except ValueError:
+        try:
+            wide = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            wide = None
+        if wide is not None:
+            return None, "has bits set past its prefix length", "write the network, %s, or the address alone" % wide
+        network = None
+    if network is None:
+        # sshd matches a host name only through reverse DNS (UseDNS, off by default); a pattern is too wide.
+        return None, "is not an IP address or network (CIDR): host names and patterns are not taken", _FROM_FIX
+    if network.prefixlen == 0:
+        return None, "is every address and restricts nothing", _FROM_FIX
+    return (text if "/" in text else str(network.network_address)), network, None
+
+
+def node_key(values, host_address="", public_key=""):
+    """The from= restriction of the supervisor's key in the nodes' authorized_keys (issue #41).
+
+    ``supervisor_node_key_from``: the addresses or CIDR networks the nodes see the supervisor connect from; empty:
+    ``host_address`` (this host's dspark_mgmt_address, else ansible_host) when that is an IP address other than
+    loopback. ``public_key``: the text of supervisor_ssh_private_key's .pub ("" when there is none). Returns
+    (problems, {node_key_from, node_key_options, node_key_line, node_key_message})."""
+    problems, entries, networks = [], [], []
+    given = values.get("supervisor_node_key_from")
+    if given in (None, ""):
+        given = []
+    if isinstance(given, str) or not isinstance(given, (list, tuple)):
+        problems.append("supervisor_node_key_from is %s: must be a list of IP addresses or networks; fix: %s"
+                        % (_shown(given), _FROM_FIX))
+        given = []
+    for entry in given:
+        text, network, fix = _from_entry(entry)
+        if text is None:
+            problems.append("supervisor_node_key_from has %s, which %s; fix: %s" % (_shown(entry), network, fix))
+        else:
+            entries.append(text)
+            networks.append(network)
+    host = None
+    try:
+        host = ipaddress.ip_address(str(host_address or "").strip().strip("[]"))
+    except ValueError:
+        pass
+    notes = []
+    if not given and host is not None and not (host.is_loopback or host.is_unspecified):
+        entries = [str(host)]
+        notes.append("supervisor_node_key_from is empty: this host's address %s (dspark_mgmt_address, else "
+                     "ansible_host) is taken; set the list when the nodes see the supervisor at another address "
+                     "(NAT, another network)." % host)
+    elif not given:
+        notes.append("supervisor_node_key_from is empty and this host's address (dspark_mgmt_address, else ansible_host: "
+                     "%s) is not an IP address the nodes could see: set supervisor_node_key_from to the address(es) "
+                     "they see the supervisor connect from, e.g. ['10.0.0.5']." % _shown(host_address or ""))
+    elif host is not None and not (host.is_loopback or host.is_unspecified) and \
+            not any(host.version == net.version and host in net for net in networks):
+        notes.append("WARNING: this host's address %s (dspark_mgmt_address, else ansible_host) is in none of "
+                     "supervisor_node_key_from: unless the nodes see the supervisor at one of those (NAT), they will "
+                     "refuse its key." % host)
+    options = 'from="%s",%s' % (",".join(entries), NODE_KEY_OPTIONS) if entries else ""
+    key = (public_key or "").strip()
+    if key and not PUBLIC_KEY_RE.match(key):
+        notes.append("supervisor_ssh_private_key's .pub file is not one OpenSSH public key line: the line shows a "
+                     "placeholder.")
+        key = ""
+    private = values.get("supervisor_ssh_private_key")
+    placeholder = PUBLIC_KEY_PLACEHOLDER % (private if isinstance(private, str) and private else "KEY")
+    line = "%s %s" % (options or 'from="<supervisor addresses>",' + NODE_KEY_OPTIONS, key or placeholder)
+    message = ["The supervisor's key is root on every node: in the authorized_keys of the user its inventory connects "
+               "as, on every node, its line should read (docs/design-supervisor.md, 'The key on the nodes'):",
+               line] + notes
+    return problems, {"node_key_from": entries, "node_key_options": options, "node_key_line": line,
+                      "node_key_message": message}
+
+
+def unit(values, host_address="", public_key=""):
+    """{problems, exec_start, environment, user, state_dir, key_path, known_hosts_path, node_key_*, ...} from the
+    playbook's ``supervisor_*`` variables (a mapping with those names as keys); ``host_address`` and ``public_key``
+    as node_key says. When ``problems`` is not empty, the other values are not to be used."""
     problems = []
     user = values.get("supervisor_user")
     if not isinstance(user, str) or not USER_RE.match(user):
@@ -176,6 +266,8 @@ def unit(values):
         if not isinstance(value, str) or _CONTROL_RE.search(value):
             problems.append("%s is %s: the path of a file on the machine running the playbook, on one line"
                             % (name, _shown(value)))
+    found, key_line = node_key(values, host_address, public_key)
+    problems += found
     out = {"problems": problems}
     if problems:
         return out
@@ -192,6 +284,7 @@ def unit(values):
                    ("ANSIBLE_HOME", ansible_home), ("ANSIBLE_LOCAL_TEMP", posixpath.join(ansible_home, "tmp"))]
     if key:
         environment.append(("ANSIBLE_PRIVATE_KEY_FILE", key))
+    out.update(key_line)
     out.update({
         "user": user,
         "project_dir": project,

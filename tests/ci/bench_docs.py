@@ -100,6 +100,16 @@ BENCHMARKS = {
                     ("first /health answer after the API started, worst (s)", "max_api_answer_seen_after_s"),
                     ("first generation, worst (s)", "max_first_generation_s")],
     },
+    "edge_latency.json": {
+        "title": "The API edge's added latency (real engine)",
+        "script": "bench/bench_edge_latency.py",
+        "measures": "On the real-engine pair's head, `GET /v1/models` with the group's key through the API edge "
+                    "(HAProxy on the API port) and straight to vLLM on its loopback port, alternated, a new "
+                    "connection each; the added latency is the difference of their p50 and of their p99.",
+        "numbers": [("through the edge, p50 (ms)", "through_edge.p50_ms"),
+                    ("straight to vLLM, p50 (ms)", "straight_to_engine.p50_ms"),
+                    ("added at p50 (ms)", "added_p50_ms"), ("added at p99 (ms)", "added_p99_ms")],
+    },
     "recovery.json": {
         "title": "Supervisor recovery (simulator, fleet lab)",
         "script": "bench/bench_recovery.py",

@@ -74,6 +74,7 @@ def test_up_writes_the_address_token_and_variables_and_is_idempotent(lab):
     variables = yaml.safe_load((lab.state / "vars.yml").read_text())
     assert variables["checkpoint_download"] is True
     assert variables["checkpoint_download_endpoint"] == url
+    assert variables["checkpoint_allow_insecure_endpoint"] is True   # http with a token: refused without it (#41)
     assert variables["checkpoint_download_pip_index"] == url + "/simple/"
     assert variables["checkpoint_download_package"].startswith("huggingface_hub==")
     assert variables["dspark_model"] == REPO_ID and variables["dspark_model_revision"] == REV

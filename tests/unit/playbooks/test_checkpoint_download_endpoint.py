@@ -4,7 +4,8 @@ checkpoint_download_pip_index and checkpoint_download_probe_url.
 - The URL rule (plugin_utils._role_rules URL_RE, run by preflight and by the role), without Ansible.
 - validate.yml with the venv's ansible-playbook on local "nodes" (one pair per case, connection local): each refused
   value stops its group with one message naming the host, the variable, the value (credentials shown as ***) and the
-  fix; accepted values give the download its HF_ENDPOINT, pip arguments and probe URL.
+  fix; accepted values give the download its HF_ENDPOINT, pip arguments and probe URL. A token with a plain http://
+  endpoint is refused unless checkpoint_allow_insecure_endpoint is true (issue #41).
 - download.yml itself against lab/hf_endpoint/hf_endpoint.py on 127.0.0.1 (a venv that already has huggingface_hub,
   so pip installs nothing: DSPARK_TEST_HF_PYTHON, skipped without one): the snapshot lands with refs/main, a second
   run changes nothing, and the sentinel token is nowhere in the -vvv output.
@@ -99,8 +100,16 @@ CASES = {
                       "pip's own configuration"]),
     "probe_scheme": ({"checkpoint_download_probe_url": "huggingface.co"},
                      ["checkpoint_download_probe_url='huggingface.co'", "or \"\" to probe the endpoint"]),
+    # Issue #41: a token over plain http is refused unless checkpoint_allow_insecure_endpoint says so (as the labs do).
+    "http_token": ({"checkpoint_download_endpoint": "http://hf.example.org/", "checkpoint_hf_token": "hf_tokenSENTINEL_41"},
+                   ["checkpoint_download_endpoint='http://hf.example.org/' is plain http:// and checkpoint_hf_token is set",
+                    "Fix: use the endpoint's https:// URL", "checkpoint_allow_insecure_endpoint: true"]),
     "lab": ({"checkpoint_download_endpoint": "http://10.231.0.1:5990/", "checkpoint_download_pip_index": "http://10.231.0.1:5990/simple/"},
             None),
+    "lab_token": ({"checkpoint_download_endpoint": "http://10.231.0.1:5990/", "checkpoint_hf_token": "hf_tokenSENTINEL_41",
+                   "checkpoint_allow_insecure_endpoint": True}, None),
+    "https_token": ({"checkpoint_download_endpoint": "https://hf.example.org/", "checkpoint_hf_token": "hf_tokenSENTINEL_41"},
+                    None),
     "https_index": ({"checkpoint_download_pip_index": "https://pypi.example.org/simple/"}, None),
     "defaults": ({}, None),
     "not_downloading": ({"checkpoint_download": False, "checkpoint_download_endpoint": "not a url"}, None),
@@ -147,11 +156,14 @@ def test_a_refused_url_stops_its_group_naming_variable_value_and_fix(validated, 
         assert "Fix: " in message
         assert not (out / ("%s.json" % host)).exists()
     assert "s3cretPW" not in text and "me:pw" not in text  # the refused credentials are never shown
+    assert "hf_tokenSENTINEL_41" not in text                  # nor the token
 
 
 def test_accepted_urls_set_hf_endpoint_pip_arguments_and_probe(validated):
     out, failed, dummy = validated
-    assert not [h for h in failed if h.split("-")[0] in ("lab", "https_index", "defaults", "not_downloading")], failed
+    assert not [h for h in failed if h.split("-")[0] in ("lab", "lab_token", "https_token", "https_index", "defaults",
+                                                         "not_downloading")], failed
+    assert json.loads((out / "lab_token-1.json").read_text())["env"]["HF_ENDPOINT"] == "http://10.231.0.1:5990"
     lab = json.loads((out / "lab-1.json").read_text())
     assert lab["endpoint"] == "http://10.231.0.1:5990"
     assert lab["env"]["HF_ENDPOINT"] == "http://10.231.0.1:5990" and lab["env"]["HF_HOME"] == str(out / "hf")

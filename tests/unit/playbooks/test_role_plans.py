@@ -30,7 +30,8 @@ FLEET_INVENTORY = "tests/unit/playbooks/inventories/lab-fleet-three-groups/hosts
 CASES = {
     "fleet": ["-i", FLEET_INVENTORY, "-i", os.path.join(HERE, "overlay.yml"), "-e",
               # serve_trust_remote_code: recorded when the recipe always passed --trust-remote-code (#26: on request).
-              '{"fabric_bandwidth_test": true, "serve_trust_remote_code": true}'],
+              # serve_edge: recorded before the API edge put vLLM on loopback (#41; test_serve_command has it on).
+              '{"fabric_bandwidth_test": true, "serve_trust_remote_code": true, "serve_edge": false}'],
 }
 
 

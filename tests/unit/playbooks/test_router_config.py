@@ -6,7 +6,8 @@ port, its own paths and health path and every edge limit off, and the real-engin
 with keys), and compares with fixtures/. One ansible-playbook run per case. The fixtures were first recorded with the
 role's vars of commit b831aa3, before the group model and the backend servers moved into Python (unchanged by that
 move); recorded again for issue #26 (the edge: allowed paths, per-key limits, body bound, a health check without a
-key; the whole configuration written by plugins/plugin_utils/_router_plan.py). test_router_haproxy.py runs
+key; the whole configuration written by plugins/plugin_utils/_router_plan.py). Issue #41 added fleet_tls_plain (TLS
+with the plain port on: keys refused there); the other fixtures did not change. test_router_haproxy.py runs
 `haproxy -c` on them.
 
 `python tests/unit/playbooks/test_router_config.py record <roles dir>` records the fixtures from <roles dir>/router.
@@ -32,6 +33,8 @@ CASES = {
         "router_served_model_name": "m+1", "router_group_header": "", "router_allowed_paths": ["/v1/chat/completions"],
         "router_health_path": "/ping", "router_key_rate_limit": 0, "router_key_concurrency_limit": 0,
         "router_max_body_bytes": 0})],
+    # TLS with the plain port on as well (issue #41: keys refused there).
+    "fleet_tls_plain": ["-i", FLEET_INVENTORY, "-e", json.dumps({"router_tls_certificate": "CERT", "router_tls_key": "KEY"})],
     "real": ["-i", "inventories/lab-real/hosts.yml"],
 }
 

@@ -6,8 +6,11 @@ What it proves: an allowed path is forwarded with its Authorization header; /met
 reach the backend; the (N+1)-th request within a second for one key gets 429 with Retry-After while another key still
 passes, and so does a client without a key (keyed by its address); a second concurrent request of a key at a limit of 1
 gets 429; a body over the bound gets 413 and a chunked one 411; two Authorization headers get 400; the health check
-asks GET /health without any Authorization header and marks the server up; the log names no key. And `haproxy -c`
-accepts the production configurations that test_router_config.py renders under real Ansible (router_plan/fixtures/).
+asks GET /health without any Authorization header and marks the server up; the log names no key. With TLS on and the
+plain port too (issue #41; a self-signed certificate from `openssl`): any request with an Authorization header on the
+plain port gets 403 and never reaches the backend, keyless ones behave as before, keys over TLS are forwarded. And
+`haproxy -c` accepts the production configurations that test_router_config.py renders under real Ansible
+(router_plan/fixtures/).
 
 For the test process only (unprivileged, no syslog), three kinds of global lines are changed: `chroot`, `user` and
 `group` are dropped, and the two `log /dev/log` lines become one `log stdout` (so the test reads the log). Everything
@@ -22,6 +25,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -40,7 +44,7 @@ HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/us
 pytestmark = pytest.mark.skipif(
     HAPROXY is None, reason="no haproxy binary (apt-get install haproxy; tests/ci/prereqs.sh test installs it)")
 
-RATE, CONCURRENCY, BODY = 3, 1, 1000
+RATE, CONCURRENCY, BODY, UNAUTHENTICATED = 3, 1, 1000, 4
 KEY = "sentinel-key-%s-0123456789abcdef"
 
 
@@ -109,8 +113,10 @@ class Backend:
                     backend.arrived.set()
                     backend.release.wait(10)
                 data = b"" if self.path == "/health" else json.dumps({"object": "list", "data": []}).encode()
+                # A key with "refuse" in it is one the head does not know: its 401 (the router counts them per source).
+                status = 401 if "refuse" in (self.headers.get("Authorization") or "") else 200
                 try:
-                    self.send_response(200)
+                    self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
@@ -134,9 +140,16 @@ class Backend:
         return [r for r in self.seen if "x-test-client" in r["headers"]]
 
 
-def send(port, request, timeout=5, source="127.0.0.1"):
-    """One raw HTTP/1.1 exchange from ``source`` (any 127/8 address): (status, headers, body)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0)) as sock:
+def send(port, request, timeout=5, source="127.0.0.1", tls=False):
+    """One raw HTTP/1.1 exchange from ``source`` (any 127/8 address), over TLS when ``tls`` (the test's self-signed
+    certificate, not verified): (status, headers, body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0)) as raw:
+        sock = raw
+        if tls:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            sock = context.wrap_socket(raw, server_hostname="router")
         sock.sendall(request)
         data = b""
         while True:
@@ -153,14 +166,14 @@ def send(port, request, timeout=5, source="127.0.0.1"):
     return int(lines[0].split()[1]), headers, body
 
 
-def request(port, path, method="GET", key=None, headers=(), body=b"", source="127.0.0.1", scheme="Bearer"):
+def request(port, path, method="GET", key=None, headers=(), body=b"", source="127.0.0.1", scheme="Bearer", tls=False):
     lines = ["%s %s HTTP/1.1" % (method, path), "Host: router", "Connection: close", "X-Test-Client: 1"]
     if key is not None:
         lines.append("Authorization: %s %s" % (scheme, key))
     lines += list(headers)
     if body and not any(h.lower().startswith(("content-length", "transfer-encoding")) for h in headers):
         lines.append("Content-Length: %d" % len(body))
-    return send(port, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body, source=source)
+    return send(port, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body, source=source, tls=tls)
 
 
 def admin(sock_path, command):
@@ -186,16 +199,42 @@ def server_state(sock_path, backend_name, server):
     return None
 
 
+def self_signed(work):
+    """A certificate and its key in one PEM file, as the role writes router.pem."""
+    pem, cert = work / "router.pem", work / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(pem), "-out", str(cert), "-days", "1", "-subj", "/CN=router"],
+                   capture_output=True, check=True, timeout=30)
+    pem.write_text(cert.read_text() + pem.read_text())
+    return str(pem)
+
+
 @pytest.fixture(scope="module")
 def router(tmp_path_factory):
-    work = tmp_path_factory.mktemp("router")
+    yield from run_router(tmp_path_factory.mktemp("router"))
+
+
+@pytest.fixture(scope="module")
+def tls_router(tmp_path_factory):
+    """TLS on router_tls_port and the plain port on as well (issue #41), limits as the role's defaults."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a certificate for the TLS router")
+    work = tmp_path_factory.mktemp("tls_router")
+    yield from run_router(work, tls=True, tls_pem=self_signed(work), router_tls_port=free_port(),
+                          router_key_rate_limit=50, router_key_concurrency_limit=64, router_max_body_bytes=33554432,
+                          router_metrics_port=0)
+
+
+def run_router(work, **overrides):
     backend = Backend()
     port = free_port()
     settings = role_defaults(router_port=port, router_bind_address="127.0.0.1",
                              router_admin_socket=str(work / "admin.sock"), router_state_file=str(work / "server-state"),
                              router_key_rate_limit=RATE, router_key_concurrency_limit=CONCURRENCY,
                              router_max_body_bytes=BODY, router_health_interval=1, router_health_fast_interval=1,
-                             router_health_rise=1, router_hard_stop_after=5, router_metrics_port=free_port())
+                             router_health_rise=1, router_hard_stop_after=5, router_metrics_port=free_port(),
+                             router_unauthenticated_rate=UNAUTHENTICATED)
+    settings.update(overrides)
     config = for_the_test_process(render(settings, [{"name": "pair_a", "head": "a0", "address": "127.0.0.1",
                                                      "port": backend.port}]), log=True)
     (work / "haproxy.cfg").write_text(config)
@@ -219,6 +258,54 @@ def router(tmp_path_factory):
         log.close()
         backend.release.set()
         backend.server.shutdown()
+
+
+# -- TLS on, the plain port on as well (issue #41) ------------------------------------------------------------------
+
+@pytest.mark.parametrize("path, method, headers, body", [
+    ("/v1/models", "GET", ["Authorization: Bearer %s" % (KEY % "plain")], b""),
+    ("/v1/chat/completions", "POST", ["Authorization: Bearer %s" % (KEY % "plain"), "Content-Type: application/json"], b"{}"),
+    ("/v1/models", "GET", ["authorization: bEaReR %s" % (KEY % "plain")], b""),         # any case of name and scheme
+    ("/v1/models", "GET", ["Authorization: Basic dXNlcjpwYXNz"], b""),                  # any scheme
+    ("/v1/models", "GET", ["Authorization:"], b""),                                       # even an empty one
+    ("/v1/models", "GET", ["Authorization: Bearer a", "Authorization: Bearer b"], b""),
+    ("/metrics", "GET", ["Authorization: Bearer %s" % (KEY % "plain")], b""),           # before the path check
+])
+def test_under_tls_a_key_on_the_plain_port_gets_403_and_never_reaches_a_head(tls_router, path, method, headers, body):
+    before = len(tls_router["backend"].client_requests())
+    status, answer, data = request(tls_router["port"], path, method, headers=headers, body=body)
+    assert status == 403 and answer.get("content-type") == "application/json", (status, answer, data)
+    error = json.loads(data)["error"]
+    assert error["code"] == 403 and "HTTPS, to port %d" % tls_router["settings"]["router_tls_port"] in error["message"]
+    assert "x-dspark-group" not in answer
+    assert len(tls_router["backend"].client_requests()) == before, tls_router["backend"].client_requests()[before:]
+
+
+def test_under_tls_keyless_requests_on_the_plain_port_behave_as_before(tls_router):
+    before = len(tls_router["backend"].client_requests())
+    status, answer, dummy = request(tls_router["port"], "/v1/models")
+    assert status == 200 and answer.get("x-dspark-group") == "pair_a"
+    seen = tls_router["backend"].client_requests()[before:]
+    assert len(seen) == 1 and "authorization" not in seen[0]["headers"] and "x-forwarded-proto" not in seen[0]["headers"]
+    for path in ("/health", "/metrics", "/tokenize"):
+        assert request(tls_router["port"], path)[0] == 404, path
+    assert len(tls_router["backend"].client_requests()) == before + 1
+    assert tls_router["state"] is not None and tls_router["state"]["status"] == "UP", tls_router["state"]
+
+
+def test_under_tls_a_key_over_tls_is_forwarded(tls_router):
+    port = tls_router["settings"]["router_tls_port"]
+    status, answer, dummy = request(port, "/v1/models", key=KEY % "tls", tls=True)
+    assert status == 200 and answer.get("x-dspark-group") == "pair_a"
+    seen = tls_router["backend"].client_requests()[-1]
+    assert seen["headers"]["authorization"] == "Bearer " + KEY % "tls" and seen["headers"]["x-forwarded-proto"] == "https"
+    assert request(port, "/metrics", key=KEY % "tls", tls=True)[0] == 404          # the rest of the edge as before
+
+
+def test_without_tls_the_plain_port_takes_keys(router):
+    """The refusal is TLS's alone: without TLS the plain port is the endpoint (the default)."""
+    assert "ssl_fc" not in router["config"] and "return status 403" not in router["config"]
+    assert forwarded(router, "/v1/models", name="notls")[1][0] == 200
 
 
 def test_the_health_check_asks_health_without_a_key_and_marks_the_server_up(router):
@@ -390,6 +477,23 @@ def test_bodies_over_the_bound_or_without_a_length_are_refused(router):
     assert status == 200 and router["backend"].client_requests()[-1]["body"] == BODY
 
 
+def test_a_source_past_its_401s_gets_429_but_keys_it_proved_still_pass(router):
+    """router_unauthenticated_rate (4 per 10 s here): random keys from one address, each a fresh per-key entry, are
+    capped by the address; a key the router saw answered 2xx passes; a new key from there waits; others are free."""
+    port = router["port"]
+    source = "127.0.0.21"
+    proven = KEY % "proven"
+    assert request(port, "/v1/models", key=proven, source=source)[0] == 200
+    statuses = [request(port, "/v1/models", key="refuse-%02d-0123456789abcdef" % i, source=source)[0]
+                for i in range(UNAUTHENTICATED + 3)]
+    assert statuses[:UNAUTHENTICATED + 1] == [401] * (UNAUTHENTICATED + 1) and statuses[-1] == 429, statuses
+    status, headers, body = request(port, "/v1/models", key="refuse-new-0123456789abcdef", source=source)
+    assert status == 429 and headers.get("retry-after") == "10" and b"without a valid API key" in body
+    assert request(port, "/v1/models", key=proven, source=source)[0] == 200
+    assert request(port, "/v1/models", key=KEY % "never-seen", source=source)[0] == 429
+    assert request(port, "/v1/models", key="refuse-other-0123456789abcdef", source="127.0.0.22")[0] == 401
+
+
 def test_two_authorization_headers_are_refused(router):
     status, dummy, dummy = request(router["port"], "/v1/models", key=KEY % "one", headers=["Authorization: Bearer x"])
     assert status == 400
@@ -404,7 +508,7 @@ def test_no_key_is_logged(router):
     assert "sentinel" not in log and "Bearer" not in log
 
 
-@pytest.mark.parametrize("case", ["fleet", "real", "fleet_tls"])
+@pytest.mark.parametrize("case", ["fleet", "real", "fleet_tls", "fleet_tls_plain"])
 def test_haproxy_accepts_the_production_configuration(case, tmp_path):
     """The configurations test_router_config.py renders under real Ansible, as the role writes them."""
     with open(os.path.join(FIXTURES, case + ".json"), encoding="utf-8") as handle:
@@ -412,12 +516,7 @@ def test_haproxy_accepts_the_production_configuration(case, tmp_path):
     if "ssl crt " in config:
         if shutil.which("openssl") is None:
             pytest.skip("no openssl to make a certificate for the TLS case")
-        pem = tmp_path / "router.pem"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                        "-keyout", str(pem), "-out", str(tmp_path / "cert.pem"), "-days", "1", "-subj", "/CN=router"],
-                       capture_output=True, check=True, timeout=30)
-        pem.write_text((tmp_path / "cert.pem").read_text() + pem.read_text())
-        config = config.replace("/etc/haproxy/dspark-tls/router.pem", str(pem))
+        config = config.replace("/etc/haproxy/dspark-tls/router.pem", self_signed(tmp_path))
     (tmp_path / "haproxy.cfg").write_text(config)
     check = subprocess.run([HAPROXY, "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True,
                            timeout=30, check=False)

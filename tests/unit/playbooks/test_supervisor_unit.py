@@ -100,6 +100,18 @@ BAD = [
     ({"supervisor_keep_days": 0}, "supervisor_keep_days is 0: must be from 1 to 3650"),
     ({"supervisor_service_enabled": "false"}, "supervisor_service_enabled is 'false': must be true or false"),
     ({"supervisor_ssh_private_key": "/k\n"}, "supervisor_ssh_private_key is '/k\\n': the path of a file"),
+    ({"supervisor_node_key_from": "10.0.0.5"}, "supervisor_node_key_from is '10.0.0.5': must be a list"),
+    ({"supervisor_node_key_from": ["ctrl.example.org"]},
+     "supervisor_node_key_from has 'ctrl.example.org', which is not an IP address or network (CIDR)"),
+    ({"supervisor_node_key_from": ["10.0.0.5/24"]},
+     "supervisor_node_key_from has '10.0.0.5/24', which has bits set past its prefix length; fix: write the network, "
+     "10.0.0.0/24"),
+    ({"supervisor_node_key_from": ["10.0.0.0/8", "0.0.0.0/0"]}, "supervisor_node_key_from has '0.0.0.0/0', which is every"),
+    ({"supervisor_node_key_from": ["::/0"]}, "supervisor_node_key_from has '::/0', which is every"),
+    ({"supervisor_node_key_from": ['10.0.0.5",command="sh']}, "supervisor_node_key_from has '10.0.0.5\",command=\"sh'"),
+    ({"supervisor_node_key_from": ["10.0.0.*"]}, "supervisor_node_key_from has '10.0.0.*', which is not an IP"),
+    ({"supervisor_node_key_from": ["10.0.0.1,10.0.0.2"]}, "supervisor_node_key_from has '10.0.0.1,10.0.0.2', which is not"),
+    ({"supervisor_node_key_from": [None]}, "supervisor_node_key_from has None (NoneType), which is not"),
 ]
 
 
@@ -109,6 +121,38 @@ def test_a_bad_value_is_named(changes, problem):
     assert len(got["problems"]) == 1, got["problems"]
     assert got["problems"][0].startswith(problem), got["problems"][0]
     assert "exec_start" not in got
+
+
+PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPc0bWl4ZWRUZXN0S2V5T25seUZvclRoZVVuaXRUZXN0cw dspark-fleet@ctrl"
+
+
+@pytest.mark.parametrize("given, host, options, note", [
+    # Empty: this host's address (dspark_mgmt_address, else ansible_host) when it is one the nodes could see.
+    ([], "10.232.0.201", 'from="10.232.0.201",restrict,pty', "this host's address 10.232.0.201"),
+    (None, "fd00::7", 'from="fd00::7",restrict,pty', "this host's address fd00::7"),
+    ([], "127.0.0.1", "", "is not an IP address the nodes could see"),
+    ([], "ctrl.example.org", "", "'ctrl.example.org') is not an IP address"),
+    ([], "", "", "set supervisor_node_key_from"),
+    # Given: as written (a network kept with its prefix), several joined; the host's address is only compared.
+    (["10.232.0.0/24", "fd00::7"], "10.232.0.201", 'from="10.232.0.0/24,fd00::7",restrict,pty', None),
+    ([" 10.1.0.5 "], "ctrl.example.org", 'from="10.1.0.5",restrict,pty', None),
+    (["10.1.0.5"], "10.232.0.201", 'from="10.1.0.5",restrict,pty', "WARNING: this host's address 10.232.0.201"),
+])
+def test_the_node_key_line_limits_the_key_to_the_supervisor(given, host, options, note):
+    got = su.unit(values(supervisor_node_key_from=given), host_address=host, public_key=PUBLIC_KEY + "\n")
+    assert got["problems"] == []
+    assert got["node_key_options"] == options
+    assert got["node_key_line"] == "%s %s" % (options or 'from="<supervisor addresses>",restrict,pty', PUBLIC_KEY)
+    assert got["node_key_message"][1] == got["node_key_line"]
+    notes = got["node_key_message"][2:]
+    assert (note is None and notes == []) or (note is not None and len(notes) == 1 and note in notes[0]), notes
+
+
+def test_a_public_key_file_that_is_not_one_key_line_gives_a_placeholder():
+    for text in ("", "not a key", PUBLIC_KEY + "\n" + PUBLIC_KEY, 'command="sh" ' + PUBLIC_KEY):
+        got = su.node_key({}, "10.0.0.5", text)[1]
+        assert got["node_key_line"] == 'from="10.0.0.5",restrict,pty ' + su.PUBLIC_KEY_PLACEHOLDER % "KEY", text
+        assert bool(text) == any(".pub file is not one OpenSSH public key line" in n for n in got["node_key_message"])
 
 
 def test_every_problem_at_once_and_numbers_from_extra_vars():
@@ -218,9 +262,33 @@ def test_systemd_analyze_verify_accepts_the_unit(rendered):
 
 
 def test_a_bad_value_stops_the_run_before_anything(tmp_path):
-    run, doc = run_playbook(tmp_path, {"supervisor_user": "root", "supervisor_inventory": "relative/hosts.yml"})
+    run, doc = run_playbook(tmp_path, {"supervisor_user": "root", "supervisor_inventory": "relative/hosts.yml",
+                                       "supervisor_node_key_from": ["ctrl.example.org"]})
     assert run.returncode != 0
     results = task_results(doc)
     assert list(results) == ["Check the inputs"]
     msg = results["Check the inputs"]["msg"]
     assert "supervisor_user is 'root'" in msg and "supervisor_inventory is 'relative/hosts.yml'" in msg
+    assert "supervisor_node_key_from has 'ctrl.example.org', which is not an IP address" in msg
+
+
+KEY_LINE_TASK = "Show the line for the supervisor's key in the nodes' authorized_keys (from= its addresses only)"
+
+
+def test_the_run_prints_the_authorized_keys_line_with_from(tmp_path):
+    """Issue #41: the key's .pub beside it and this host's dspark_mgmt_address give the exact line, printed last."""
+    (tmp_path / "nodes_key.pub").write_text(PUBLIC_KEY + "\n")
+    run, doc = run_playbook(tmp_path, {"dspark_mgmt_address": "10.232.0.201"})
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    results = task_results(doc)
+    assert list(results)[-1] == KEY_LINE_TASK and not results[KEY_LINE_TASK].get("changed")
+    msg = results[KEY_LINE_TASK]["msg"]
+    assert msg[1] == 'from="10.232.0.201",restrict,pty ' + PUBLIC_KEY, msg
+    assert KEY_TEXT not in run.stdout + run.stderr
+
+
+def test_without_an_address_the_run_prints_a_placeholder_and_how_to_set_it(rendered):
+    tmp_path, dummy, doc = rendered
+    msg = task_results(doc)[KEY_LINE_TASK]["msg"]
+    assert msg[1] == 'from="<supervisor addresses>",restrict,pty ' + su.PUBLIC_KEY_PLACEHOLDER % (tmp_path / "nodes_key"), msg
+    assert "set supervisor_node_key_from" in msg[2]

@@ -7,7 +7,7 @@ import time
 from labhosts import LAB_INVENTORY, container, lab_node, playbook
 
 SQUATTER = "qualify-squatter"
-PORT = 18888
+PORT = 18890     # free: 18888 is serve_engine_port (vLLM behind the API edge)
 
 
 def test_the_serving_pair_qualifies_with_its_own_container_on_the_ports():

@@ -276,6 +276,21 @@ def test_port_verdicts():
     assert host["verdict"] == "fail" and "'python3' pid 6001" in host["message"] and "serve_port" in host["fix"]
     unknown = qualify.judge_port(spec, [{"address": "0.0.0.0", "process": None, "pid": None, "container": None}])
     assert unknown["verdict"] == "warn" and "unknown holder" in unknown["message"]
+    # The serve role's API edge: a host process of our own unit; the same process under another unit is foreign.
+    edge = {"address": "0.0.0.0", "process": "haproxy", "pid": 7001, "container": None, "unit": "dspark-edge.service"}
+    ours = qualify.judge_port(spec, [edge], ["vllm-serve"], ["dspark-edge.service"])
+    assert ours["verdict"] == "pass" and "unit 'dspark-edge.service'" in ours["message"], ours
+    theirs = qualify.judge_port(spec, [dict(edge, unit="haproxy.service")], ["vllm-serve"], ["dspark-edge.service"])
+    assert theirs["verdict"] == "fail" and "'haproxy' pid 7001" in theirs["message"]
+
+
+def test_the_unit_of_a_host_process_from_its_cgroup():
+    assert qualify.unit_from_cgroup("0::/system.slice/dspark-edge.service\n") == "dspark-edge.service"
+    assert qualify.unit_from_cgroup("1:name=systemd:/system.slice/ssh.service\n2:cpu:/\n") == "ssh.service"
+    # A lab node (itself a container): its services sit under the node's own scope.
+    assert qualify.unit_from_cgroup("0::/docker/abc/system.slice/dspark-edge.service\n") == "dspark-edge.service"
+    assert qualify.unit_from_cgroup("0::/user.slice/user-0.slice/session-3.scope\n") is None
+    assert qualify.unit_from_cgroup("") is None
 
 
 # ------------------------------------------------------------------------------------------------ links

@@ -129,12 +129,13 @@ def test_read_node_with_everything_as_wanted(tmp_path):
         "findmnt --json": (0, json.dumps({"filesystems": [{"fstype": "nfs4"}]}), ""),
         "list table inet dspark_serve": (0, live + "\n", ""),
         "systemctl is-enabled": (0, "enabled\n", ""),
+        "systemctl is-active": (0, "active\n", ""),
     })
     result = sn.read_node(params(
         tmp_path, image="x:1", container="dspark-vllm", cache_dir=str(tmp_path), snapshot_dir=str(tmp_path / "snap"),
         nfs_mountpoint=str(tmp_path), firewall_table="dspark_serve", firewall_state=str(state),
         files=[{"path": str(ruleset), "sha256": sha("rules\n"), "mode": "0600", "kind": "file"}],
-        units=["dspark-serve-firewall.service"]), run)
+        units=["dspark-serve-firewall.service"], active_units=["dspark-edge.service"]), run)
     assert result["changed"] is False and result["infiniband"] is False and result["docker"] is True
     assert result["image"]["id"] == "sha256:" + "0" * 64
     assert result["container"] == {"exists": True, "status": "running", "config": "h"}
@@ -143,15 +144,17 @@ def test_read_node_with_everything_as_wanted(tmp_path):
     assert result["firewall"] == {"nft": True, "live_rc": 0, "live": live, "state": {"digest": "d", "listed": live}}
     assert result["files"] == {str(ruleset): True}
     assert result["units"] == {"dspark-serve-firewall.service": True}
+    assert result["active"] == {"dspark-edge.service": True}
     assert result["recheck"] is None and result["stamp"] == {} and result["hotfix_held"] is False
 
 
 def test_read_node_without_docker_nft_or_systemd(tmp_path):
-    run = Runner({"systemctl is-enabled": (1, "disabled\n", "")})
+    run = Runner({"systemctl is-enabled": (1, "disabled\n", ""), "systemctl is-active": (3, "inactive\n", "")})
     result = sn.read_node(params(tmp_path, image="x:1", container="c", firewall_table="dspark_serve",
-                                 firewall_state=str(tmp_path / "absent"), units=["u.service"]), run)
+                                 firewall_state=str(tmp_path / "absent"), units=["u.service"],
+                                 active_units=["e.service"]), run)
     assert result["docker"] is False and result["image"] == {"id": None, "reason": ""}
     assert result["container"]["exists"] is False
     assert result["firewall"] == {"nft": False, "live_rc": 1, "live": "", "state": None}
-    assert result["units"] == {"u.service": False}
+    assert result["units"] == {"u.service": False} and result["active"] == {"e.service": False}
     assert not [c for c in run.calls if "docker" in c[0] or "nft" in c[0]]

@@ -107,6 +107,9 @@ BREAKS = {
                                     "0 is outside its range (greater than 0)"),
     "checkpoint.download_urls": (dict(DOWNLOAD, checkpoint_download_endpoint="https://me:pw@hf.example.org"), "group pair_a",
                                  "checkpoint_download_endpoint", "'https://***@hf.example.org' carries credentials"),
+    "checkpoint.insecure_endpoint": (dict(DOWNLOAD, checkpoint_download_endpoint="http://hf.example.org",
+                                          checkpoint_hf_token="hf_sentinel_token"), "group pair_a",
+                                     "checkpoint_download_endpoint", "'http://hf.example.org' is plain http://"),
     "checkpoint.download_venv": (dict(DOWNLOAD, checkpoint_download_venv="opt/venv"), "group pair_a", "checkpoint_download_venv",
                                  "'opt/venv' is not an absolute path"),
     "checkpoint.hf_token": ({"checkpoint_hf_token": "hf_sentinel_token\n"}, "group pair_a", "checkpoint_hf_token",
@@ -122,6 +125,8 @@ BREAKS = {
                            "contains no_root_squash"),
     "nfs_export.files": (dict(NFS, nfs_export_file="/etc/exports"), "a-worker", "nfs_export_file", "'/etc/exports' is outside"),
     "serve.open_api": ({"serve_api_key": ""}, "group pair_a", "serve_host", "'0.0.0.0' makes the API of group pair_a listen"),
+    "serve.engine_port": ({"serve_engine_port": 8888}, "group pair_a", "serve_engine_port",
+                          "8888 equals dspark_api_port"),
     "serve.numbers": ({"serve_gpu_memory_utilization": 1.5}, "group pair_a", "serve_gpu_memory_utilization",
                       "1.5 is outside its range (0 < x <= 1)"),
     "serve.api_keys": ({"serve_api_key": "unit-test-key\n"}, "group pair_a", "serve_api_key",
@@ -287,6 +292,35 @@ def test_the_role_alone_runs_the_same_rule(name):
 def test_a_template_failure_skips_the_rules_of_its_variable():
     hostvars = pair({"checkpoint_scp_streams": _role_rules.TemplateFailure("{{ x }}", "x is undefined")})
     assert _role_rules.check_group("pair_a", list(hostvars), hostvars.get, SPECS) == []
+
+
+HTTP_TOKEN = dict(DOWNLOAD, checkpoint_download_endpoint="http://10.231.0.1:5990/", checkpoint_hf_token="hf_sentinel_token")
+
+
+@pytest.mark.parametrize("overrides, refused", [
+    (HTTP_TOKEN, True),
+    (dict(HTTP_TOKEN, checkpoint_download_endpoint="HTTP://hf.example.org"), True),     # the scheme in any case
+    (dict(HTTP_TOKEN, checkpoint_allow_insecure_endpoint=True), False),                  # the lab says so
+    (dict(HTTP_TOKEN, checkpoint_allow_insecure_endpoint="yes"), False),
+    (dict(HTTP_TOKEN, checkpoint_allow_insecure_endpoint=False), True),
+    (dict(HTTP_TOKEN, checkpoint_hf_token=""), False),                                   # no token, nothing to carry
+    (dict(HTTP_TOKEN, checkpoint_download_endpoint="https://hf.example.org"), False),
+    (dict(HTTP_TOKEN, checkpoint_download_endpoint=""), False),                          # the public Hub, https
+    (dict(HTTP_TOKEN, checkpoint_download=False), False),                                # nothing downloaded
+])
+def test_a_token_over_plain_http_is_refused_unless_allowed(overrides, refused):
+    """Issue #41: the rule alone (the role's own check) and in preflight, one line naming variable, value and fix."""
+    hostvars = pair(overrides)
+    found = _role_rules.check_group("pair_a", list(hostvars), hostvars.get, SPECS, roles=["checkpoint"], running="checkpoint")
+    insecure = [p for p in found if "is plain http://" in p[3]]
+    assert bool(insecure) == refused, found
+    lines = [line for line in preflight(overrides)["errors"] if "is plain http://" in line]
+    assert len(lines) == (1 if refused else 0), lines
+    if refused:
+        assert lines[0].startswith("group pair_a: checkpoint_download_endpoint=%r is plain http:// and checkpoint_hf_token "
+                                   "is set" % overrides["checkpoint_download_endpoint"]), lines[0]
+        assert "Fix: use the endpoint's https:// URL" in lines[0] and "checkpoint_allow_insecure_endpoint: true" in lines[0]
+        assert "sentinel" not in lines[0]
 
 
 def docker_runtime_found(overrides):

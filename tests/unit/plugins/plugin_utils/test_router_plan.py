@@ -86,7 +86,8 @@ def test_the_frontend_forwards_exact_paths_and_limits_each_key():
                            "http-request track-sc0 src,sha2(256) unless { req.fhdr(authorization) -m found }"]
     assert front[10].endswith("hdr Retry-After 1 if { sc0_http_req_rate gt 50 }") and "status 429" in front[10]
     assert front[11].endswith("hdr Retry-After 1 if { sc0_conn_cur gt 64 }") and "status 429" in front[11]
-    assert front[12:] == ["http-response set-header X-Dspark-Group %[srv_name]", "default_backend dspark"]
+    assert front[12] == "http-response sc-set-gpt0(0) 1 if { status 200:299 }"
+    assert front[13:] == ["http-response set-header X-Dspark-Group %[srv_name]", "default_backend dspark"]
     # The raw key is never a sample of any rule: only its hash is tracked, and nothing is captured.
     text = "\n".join(front)
     assert "capture" not in text and text.count("req.fhdr(authorization)") == 3
@@ -98,6 +99,23 @@ def test_limits_at_0_are_off():
                 and "status 404" not in line and "status 400" not in line]
     front = directives(sections(router_key_rate_limit=0)["frontend"])
     assert [line for line in front if "sc0_" in line] == [line for line in front if "sc0_conn_cur gt 64" in line]
+
+
+def test_the_per_source_cap_counts_the_heads_401s_and_spares_proven_keys():
+    found = sections(router_unauthenticated_rate=7)
+    front = directives(found["frontend"])
+    cap = front.index("http-request track-sc1 src table dspark_sources")
+    assert front[cap + 1] == "http-response sc-inc-gpc0(1) if { status 401 }"
+    assert front[cap + 2].startswith("http-request return status 429 ")
+    assert front[cap + 2].endswith("hdr Retry-After 10 if { sc1_gpc0_rate(dspark_sources) gt 7 } !{ sc0_get_gpt0 eq 1 }")
+    assert cap > front.index("http-response sc-set-gpt0(0) 1 if { status 200:299 }")
+    assert directives(found["sources"]) == ["backend dspark_sources", "stick-table " + _router_plan.SOURCE_TABLE]
+    # Without per-key limits there is no key table: the cap holds for every request of the address.
+    front = directives(sections(router_unauthenticated_rate=7, router_key_rate_limit=0,
+                                router_key_concurrency_limit=0)["frontend"])
+    assert front[-3].endswith("if { sc1_gpc0_rate(dspark_sources) gt 7 }")
+    assert sections(router_unauthenticated_rate=0)["sources"] == [] and "sc1" not in "\n".join(
+        directives(sections(router_unauthenticated_rate=0)["frontend"]))
 
 
 def test_the_health_check_sends_no_key():
@@ -112,12 +130,26 @@ def test_tls_stats_and_ipv6():
                                  {"servers": [{"name": "g", "head": "h", "address": "fd00::5", "port": 8888}]})
     front = directives(found["frontend"])
     assert front[0] == "bind 0.0.0.0:8443 ssl crt /etc/haproxy/dspark-tls/router.pem alpn h2,http/1.1"
-    assert not [line for line in front if line.startswith("http-response")]
+    assert not [line for line in front if line.startswith("http-response set-header")]
     assert [line.strip() for line in found["global"] if "ssl-default-bind-options" in line] == [
         "ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets"]
     assert "server g [fd00::5]:8888" in directives(found["backend"])
     assert found["stats"][2:4] == ["frontend stats", "    bind 127.0.0.1:8404"]
     assert sections()["stats"] == []
+
+
+def test_under_tls_the_plain_port_refuses_keys_first():
+    """Issue #41: TLS with the plain port on - the first rule answers 403 to a key that did not come over TLS."""
+    front = directives(sections(tls=True, router_tls_port=9443)["frontend"])
+    assert front[:2] == ["bind 0.0.0.0:8080", "bind 0.0.0.0:9443 ssl crt /etc/haproxy/dspark-tls/router.pem alpn h2,http/1.1"]
+    refusal = front[4]
+    assert refusal.startswith("http-request return status 403 content-type application/json string '")
+    assert refusal.endswith("' if !{ ssl_fc } { req.fhdr_cnt(authorization) gt 0 }")
+    assert "to port 9443 of this host" in refusal and '"code": 403' in refusal
+    assert front[5].startswith("acl dspark_api_path ")                  # before the paths, the limits, everything
+    # No refusal without TLS (the plain port is the endpoint) nor without a plain port (nothing to refuse on).
+    for overrides in ({}, {"tls": True, "router_port": 0}):
+        assert not [line for line in directives(sections(**overrides)["frontend"]) if "status 403" in line], overrides
 
 
 @pytest.mark.parametrize("overrides", [
