@@ -87,6 +87,14 @@ def test_keys_reach_rank_0_only_and_never_argv(benign):
         assert doc["services"]["vllm"]["entrypoint"] == ["/bin/sh", "-c", 'exec "$$@"', "dspark-serve"]
 
 
+def test_the_model_cache_is_read_only_in_every_container(benign):
+    """Issue #41: the node's cache is read-write here (render.yml: cache_read_only false, not an NFS client), and
+    still every container mounts it read-only."""
+    for host in ("tpl-head", "tpl-worker"):
+        mounts = [v for v in compose(benign, host)["services"]["vllm"]["volumes"] if v.split(":")[1] == "/cache/huggingface"]
+        assert len(mounts) == 1 and mounts[0].endswith(":ro"), mounts
+
+
 def test_no_rank_restarts_alone(benign):
     """Issue #13 point 5: after a reboot or a crash Docker brings no rank back by itself; the group restarts as one unit
     (playbooks/serve.yml, dspark-fleet watch)."""
