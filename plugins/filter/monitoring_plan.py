@@ -15,7 +15,8 @@ description:
     serving group's head to scrape (its management address and C(dspark_api_port)), and the problems of the
     monitoring_* values and of the fleet, each naming the variable, its value and the fix.
   - For the host given, its prometheus.yml (as a monitor), the alert rules, its textfile collector's configuration,
-    its node_exporter arguments and its nftables table (node_exporter reachable from the monitor hosts only).
+    its node_exporter arguments, its nftables table (node_exporter reachable from the monitor hosts only) with its
+    boot unit, and Prometheus' and Alertmanager's command lines and web config files.
   - Runs on the controller; reads only the inventory.
 author:
   - dspark.cluster contributors (@dspark)
@@ -75,7 +76,16 @@ _value:
       description: The textfile collector's configuration on the host.
       type: dict
     firewall:
-      description: "The host's nftables table - ruleset, digest, allowed, table."
+      description: "The host's nftables table - ruleset, digest, allowed, table - and the boot unit that loads it
+        before node_exporter (unit, unit_name)."
+      type: dict
+    server_args:
+      description: "ARGS of /etc/default/prometheus and /etc/default/prometheus-alertmanager (prometheus, alertmanager)."
+      type: dict
+    web:
+      description: "The web config's files (config_file, password_file), whether it is on, serves TLS and asks for basic
+        auth (on, tls, basic_auth), and the servers' readiness URLs as Prometheus reaches them (urls). Never the
+        hashes or the password."
       type: dict
     node_exporter_args:
       description: ARGS of /etc/default/prometheus-node-exporter on the host.

@@ -26,6 +26,8 @@ description:
     the last apply recorded (O(firewall_state)).
   - Whether each of O(files) has the wanted content digest and mode, and whether each of O(units) is enabled.
   - Never changes anything. Every docker, findmnt, nft and systemctl call is bounded by O(timeout).
+  - The C(dspark.cluster.monitoring) role reads node_exporter's firewall with it too (O(firewall_table),
+    O(firewall_state), O(files) and O(units) only).
 author:
   - dspark.cluster contributors (@dspark)
 options:

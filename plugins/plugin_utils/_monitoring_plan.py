@@ -97,6 +97,15 @@ DURATIONS = ("monitoring_scrape_interval", "monitoring_evaluation_interval", "mo
              "monitoring_alert_kv_cache_for", "monitoring_alert_waiting_for", "monitoring_alert_ttft_for",
              "monitoring_alert_memory_for", "monitoring_alert_fabric_for")
 FILES = ("monitoring_config_dir", "monitoring_textfile_dir", "monitoring_supervisor_journal", "monitoring_rules_file")
+LISTENERS = (("monitoring_prometheus_listen_address", "monitoring_prometheus_port", "Prometheus"),
+             ("monitoring_alertmanager_listen_address", "monitoring_alertmanager_port", "Alertmanager"))
+# The top-level keys of the web config file (Prometheus' exporter-toolkit), which both servers read.
+WEB_KEYS = ("tls_server_config", "basic_auth_users", "http_server_config")
+# Client certificate modes that would shut out Prometheus' own requests (its self-scrape, its alerts): they carry none.
+WEB_CLIENT_CERT_REQUIRED = ("RequireAnyClientCert", "RequireAndVerifyClientCert")
+BCRYPT_RE = re.compile(r"^\$2[aby]?\$[0-9]{2}\$[./A-Za-z0-9]{53}\Z")
+WEB_FIX = ("set monitoring_web_config with tls_server_config (cert_file, key_file) and/or basic_auth_users (user: bcrypt "
+           "hash, with monitoring_web_username and monitoring_web_password), or listen on 127.0.0.1")
 
 
 def _problem(var, value, why, fix):
@@ -169,6 +178,75 @@ def check_settings(settings):
     token = s.get("monitoring_head_bearer_token")
     if not isinstance(token, str) or re.search(r"\s", token):
         problems.append(_problem("monitoring_head_bearer_token", "(not shown)", "is not one word", "remove white space"))
+    return problems + check_web(s)
+
+
+def web_parts(settings):
+    """(tls, users) of monitoring_web_config: whether it serves TLS, and its basic-auth user names."""
+    web = settings.get("monitoring_web_config") or {}
+    if not isinstance(web, dict):
+        return False, []
+    tls = isinstance(web.get("tls_server_config"), dict) and bool(web["tls_server_config"])
+    users = web.get("basic_auth_users")
+    return tls, sorted(str(name) for name in users) if isinstance(users, dict) else []
+
+
+def check_web(settings):
+    """Problems of monitoring_web_config, monitoring_web_username and monitoring_web_password, and of a listener
+    beyond loopback without TLS or basic auth. The hashes and the password are never shown."""
+    s = settings
+    problems = []
+    web = s.get("monitoring_web_config")
+    if web is None or web == "":
+        web = {}
+    if not isinstance(web, dict):
+        return [_problem("monitoring_web_config", "(not shown)", "is not a mapping", "write a mapping such as "
+                         "{tls_server_config: {cert_file: /etc/ssl/mon.crt, key_file: /etc/ssl/private/mon.key}}")]
+    unknown = sorted(str(key) for key in web if key not in WEB_KEYS)
+    if unknown:
+        problems.append(_problem("monitoring_web_config", "(keys %s)" % ", ".join(unknown), "holds keys the web config "
+                                 "does not know", "use only %s" % ", ".join(WEB_KEYS)))
+    tls = web.get("tls_server_config")
+    if tls is not None:
+        if not isinstance(tls, dict) or not all(isinstance(tls.get(k), str) and FILE_RE.match(tls.get(k))
+                                                for k in ("cert_file", "key_file")):
+            problems.append(_problem("monitoring_web_config.tls_server_config", tls if isinstance(tls, dict) else "(not shown)",
+                                     "does not name cert_file and key_file as plain absolute paths",
+                                     "give both, as files on the monitor host readable by user prometheus"))
+        elif tls.get("client_auth_type") in WEB_CLIENT_CERT_REQUIRED:
+            problems.append(_problem("monitoring_web_config.tls_server_config.client_auth_type", tls["client_auth_type"],
+                                     "would refuse Prometheus' own requests (its self-scrape and its alerts to "
+                                     "Alertmanager carry no client certificate)", "use VerifyClientCertIfGiven, or basic auth"))
+    users = web.get("basic_auth_users")
+    if users is not None:
+        if not isinstance(users, dict) or not users or not all(
+                isinstance(name, str) and name and ":" not in name and isinstance(hashed, str) and BCRYPT_RE.match(hashed)
+                for name, hashed in users.items()):
+            problems.append(_problem("monitoring_web_config.basic_auth_users", "(not shown)", "is not a mapping of user "
+                                     "names (no colon) to bcrypt hashes", "write e.g. {grafana: '$2y$12$...'}, each hash "
+                                     "from `htpasswd -nBC 12 \"\" | tr -d ':\\n'`"))
+    names = sorted(users) if isinstance(users, dict) else []
+    username, password = s.get("monitoring_web_username"), s.get("monitoring_web_password")
+    if names:
+        # Prometheus reaches its own listener and Alertmanager's with this user (password_file, trimmed when read).
+        if username not in names:
+            problems.append(_problem("monitoring_web_username", username, "is not one of basic_auth_users (%s), and "
+                                     "Prometheus' self-scrape and alerts need a user" % ", ".join(names),
+                                     "name the user Prometheus itself authenticates as"))
+        if not isinstance(password, str) or not password or password != password.strip():
+            problems.append(_problem("monitoring_web_password", "(not shown)", "is empty or begins or ends with white "
+                                     "space", "set the password of monitoring_web_username (the plain text of its hash)"))
+    elif username or password:
+        problems.append(_problem("monitoring_web_username" if username else "monitoring_web_password",
+                                 username if username else "(not shown)", "is set but monitoring_web_config has no "
+                                 "basic_auth_users", "add the user to basic_auth_users, or leave it empty"))
+    has_tls, has_users = isinstance(tls, dict) and bool(tls), bool(names)
+    for name, port, server in LISTENERS:
+        addr = _ip(str(s.get(name)))
+        if addr is not None and not addr.is_loopback and not (has_tls or has_users):
+            problems.append(_problem(name, s.get(name), "is not a loopback address, and monitoring_web_config sets neither "
+                                     "TLS nor basic auth: anyone who reaches port %s would use %s without a password"
+                                     % (s.get(port), server), WEB_FIX))
     return problems
 
 
@@ -290,6 +368,54 @@ def _target(address, port):
     return "[%s]:%d" % (address, port) if addr is not None and addr.version == 6 else "%s:%d" % (address, port)
 
 
+def _own_address(address):
+    """Where Prometheus reaches a listener of its own host: the listen address, loopback for a wildcard one."""
+    addr = _ip(str(address))
+    if addr is not None and addr.is_unspecified:
+        return "::1" if addr.version == 6 else "127.0.0.1"
+    return str(address)
+
+
+def web_files(settings):
+    """The web config file both servers read (--web.config.file) and the file of Prometheus' own password."""
+    base = str(settings["monitoring_config_dir"]).rstrip("/")
+    return {"config_file": base + "/web-config.yml", "password_file": base + "/web-password"}
+
+
+def _own_access(settings):
+    """How Prometheus itself reaches its own listener and Alertmanager's (its self-scrape, its alerts): https and the
+    user monitoring_web_username when monitoring_web_config sets TLS or basic auth."""
+    tls, users = web_parts(settings)
+    out = {}
+    if tls:
+        # The target is an address of the monitor itself: the connection never leaves the host, and the certificate
+        # is issued for the names the other clients use, which the role does not know.
+        out.update(scheme="https", tls_config={"insecure_skip_verify": True})
+    if users:
+        out["basic_auth"] = {"username": settings["monitoring_web_username"],
+                             "password_file": web_files(settings)["password_file"]}
+    return out
+
+
+def server_args(settings):
+    """ARGS of /etc/default/prometheus and /etc/default/prometheus-alertmanager: the listen addresses, the retention,
+    no Alertmanager cluster listener, and the web config when monitoring_web_config sets one."""
+    s = settings
+    web = " --web.config.file=%s" % web_files(s)["config_file"] if s.get("monitoring_web_config") else ""
+    prometheus = _target(s["monitoring_prometheus_listen_address"], int(s["monitoring_prometheus_port"]))
+    alertmanager = _target(s["monitoring_alertmanager_listen_address"], int(s["monitoring_alertmanager_port"]))
+    return {"prometheus": "--web.listen-address=%s --storage.tsdb.retention.time=%s%s"
+                          % (prometheus, s["monitoring_retention"], web),
+            "alertmanager": "--web.listen-address=%s --cluster.listen-address=%s" % (alertmanager, web)}
+
+
+def own_urls(settings):
+    """The readiness URLs of Prometheus and Alertmanager as Prometheus itself reaches them."""
+    scheme = "https" if web_parts(settings)[0] else "http"
+    return ["%s://%s/-/ready" % (scheme, _target(_own_address(settings[address]), int(settings[port])))
+            for address, port, dummy in LISTENERS]
+
+
 def prometheus_config(the_plan, hostvars, settings, monitor_host, credentials_file=""):
     """prometheus.yml as a mapping: global, alerting, rule_files, and the scrape configs, one static config per target
     with the labels dspark_group, dspark_host and dspark_rank (serving nodes) written by the collection."""
@@ -320,19 +446,19 @@ def prometheus_config(the_plan, hostvars, settings, monitor_host, credentials_fi
     head_job = {"job_name": "dspark_vllm", "metrics_path": "/metrics", "static_configs": heads}
     if credentials_file:
         head_job["authorization"] = {"type": "Bearer", "credentials_file": credentials_file}
+    own_target = _target(_own_address(s["monitoring_prometheus_listen_address"]), int(s["monitoring_prometheus_port"]))
     scrape = [
-        {"job_name": "prometheus",
-         "static_configs": [{"targets": [_target(s["monitoring_prometheus_listen_address"], int(s["monitoring_prometheus_port"]))]}]},
+        dict({"job_name": "prometheus", "static_configs": [{"targets": [own_target]}]}, **_own_access(s)),
         head_job,
         {"job_name": "dspark_node", "static_configs": nodes},
     ]
+    alertmanager = _target(_own_address(s["monitoring_alertmanager_listen_address"]), int(s["monitoring_alertmanager_port"]))
     if routers:
         scrape.append({"job_name": "dspark_router", "metrics_path": "/metrics", "static_configs": routers})
     return {
         "global": {"scrape_interval": s["monitoring_scrape_interval"], "evaluation_interval": s["monitoring_evaluation_interval"],
                    "external_labels": {"monitor": monitor_host}},
-        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [
-            _target(s["monitoring_alertmanager_listen_address"], int(s["monitoring_alertmanager_port"]))]}]}]},
+        "alerting": {"alertmanagers": [dict({"static_configs": [{"targets": [alertmanager]}]}, **_own_access(s))]},
         "rule_files": [s["monitoring_rules_file"]],
         "scrape_configs": scrape,
     }
@@ -486,11 +612,37 @@ def collector_config(groups, hostvars, host, settings):
 
 
 TABLE = "dspark_monitor"
+NODE_EXPORTER_UNIT = "prometheus-node-exporter.service"
+FIREWALL_UNIT = "dspark-monitor-firewall.service"
+
+
+def firewall_unit(settings):
+    """The boot unit that loads the table. Ordered before node_exporter's unit and required by it: node_exporter
+    never starts without its table, at boot, when the package's postinst starts it, or when the table fails to load."""
+    return "\n".join([
+        "# Written by dspark.cluster's monitoring role: loads table inet %s before node_exporter starts." % TABLE,
+        "[Unit]",
+        "Description=dspark.cluster monitoring firewall (table inet %s)" % TABLE,
+        "Before=network-pre.target %s" % NODE_EXPORTER_UNIT,
+        "Wants=network-pre.target",
+        "DefaultDependencies=no",
+        "After=local-fs.target",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        "RemainAfterExit=yes",
+        "ExecStart=/usr/sbin/nft -f %s/firewall.nft" % str(settings["monitoring_config_dir"]).rstrip("/"),
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "RequiredBy=%s" % NODE_EXPORTER_UNIT,
+    ]) + "\n"
 
 
 def firewall(groups, hostvars, host, settings):
     """table inet dspark_monitor for ``host``: node_exporter's port from loopback and the monitor hosts only. Policy
-    accept (other services and tables untouched); replaced atomically. {'ruleset', 'digest', 'allowed'}."""
+    accept (other services and tables untouched); replaced atomically. {'ruleset', 'digest', 'allowed', 'table',
+    'unit', 'unit_name'}: the boot unit too, whose digest the role compares with the node's file."""
     port = int(settings["monitoring_node_exporter_port"])
     allowed_v4, allowed_v6 = ["127.0.0.0/8"], ["::1"]
     for monitor in monitors(groups):
@@ -520,7 +672,8 @@ def firewall(groups, hostvars, host, settings):
     ]
     ruleset = "\n".join(lines) + "\n"
     return {"ruleset": ruleset, "digest": hashlib.sha256(ruleset.encode("utf-8")).hexdigest(),
-            "allowed": allowed_v4[1:] + allowed_v6[1:], "table": TABLE}
+            "allowed": allowed_v4[1:] + allowed_v6[1:], "table": TABLE, "unit": firewall_unit(settings),
+            "unit_name": FIREWALL_UNIT}
 
 
 def node_exporter_args(groups, hostvars, host, settings):
@@ -586,9 +739,15 @@ def host_plan(groups, hostvars, settings, host, credentials_file="/etc/prometheu
     """Everything the role needs on ``host``; the configurations only when there is no problem."""
     the_plan = plan(groups, hostvars, settings)
     out = {key: the_plan[key] for key in ("problems", "monitors", "exporter_hosts", "heads", "routers")}
-    out.update(prometheus={}, rules={}, collector={}, firewall={}, node_exporter_args="", router_exporter_address="")
+    out.update(prometheus={}, rules={}, collector={}, firewall={}, node_exporter_args="", router_exporter_address="",
+               server_args={}, web={})
     if the_plan["problems"]:
         return out
+    tls, users = web_parts(settings)
+    # The web config itself is not part of the plan: its hashes stay in the no_log variable.
+    out["web"] = dict(web_files(settings), on=bool(settings.get("monitoring_web_config")), tls=tls, basic_auth=bool(users),
+                      urls=own_urls(settings))
+    out["server_args"] = server_args(settings)
     token = settings.get("monitoring_head_bearer_token") or ""
     out["prometheus"] = prometheus_config(the_plan, hostvars, settings, host, credentials_file if token else "")
     out["rules"] = rules(settings)

@@ -7,6 +7,11 @@ dead peer and the head's engine dies) DsparkGroupNotServing, seen by Alertmanage
 started again. The heads run the lab SIMULATOR, whose /metrics
 imitates vLLM 0.32.0's names; the real engine's names are checked by tests/unit/monitoring.
 
+Issue #41: node_exporter's unit requires the table's boot unit and starts after it (a deleted table comes back with
+node_exporter's restart), a flushed table is put back by the next run, a Prometheus beyond loopback without a web
+config stops the run before any change, and with a web config (TLS and basic auth) both servers ask for the password
+while Prometheus' own scrape and alerts get through; the last test puts the defaults back.
+
 The lab's inventory shortens the scrape and evaluation intervals and the alerts' `for` (group_vars/all.yml).
 Needs the fleet lab up and serving (`make lab-fleet`, then site.yml); every test leaves the groups serving.
 """
@@ -15,6 +20,7 @@ import json
 import re
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.parse
 
@@ -23,7 +29,7 @@ import yaml
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _monitoring_plan
 
-from fleetlab import GROUPS, HEADS, INVENTORY, ROOT, chat, fleet, kill_rank, node, playbook, report, wait_for
+from fleetlab import GROUPS, HEADS, INVENTORY, ROOT, chat, docker, fleet, kill_rank, node, playbook, report, wait_for
 
 MONITOR = "spark-router"
 PROMETHEUS = "http://127.0.0.1:9090"
@@ -228,3 +234,107 @@ def test_the_rules_pass_promtool_on_the_monitor(monitoring):
     assert rc == 0, out + err
     names = {r["name"] for g in api(PROMETHEUS, "/api/v1/rules")["data"]["groups"] for r in g["rules"]}
     assert names == set(_monitoring_plan.ALERTS), names
+
+
+# -- issue #41: node_exporter's table first, compared with the live one; the servers beyond loopback -----------------
+
+FW_UNIT = "dspark-monitor-firewall.service"
+NE_UNIT = "prometheus-node-exporter.service"
+# bcrypt (cost 10) of WEB_PASSWORD, as in tests/unit/monitoring/test_monitoring_web.py.
+WEB_PASSWORD = "s3cret-pw"
+WEB_HASH = "$2b$10$abcdefghijklmnopqrstuuWRO.aPjfZIPa7LiT/idLvqe8ILJHybK"
+
+
+def unit_show(host, unit, *props):
+    rc, out, err = node(host, "systemctl show %s %s" % (" ".join("-p " + p for p in props), unit))
+    assert rc == 0, err
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def test_node_exporter_requires_its_table_and_starts_after_it(monitoring):
+    del monitoring
+    for host in HOSTS:
+        shown = unit_show(host, NE_UNIT, "Requires", "After")
+        assert FW_UNIT in shown["Requires"].split() and FW_UNIT in shown["After"].split(), (host, shown)
+    worker = GROUPS["pair_b"][1]
+    # The table gone and its unit stopped (which stops node_exporter too): starting node_exporter loads it first.
+    rc, out, err = node(worker, "nft delete table inet dspark_monitor; systemctl stop %s; systemctl start %s; "
+                                "nft list table inet dspark_monitor" % (FW_UNIT, NE_UNIT))
+    assert rc == 0 and "tcp dport 9100 drop" in out, out + err
+    started = {unit: int(unit_show(worker, unit, "ActiveEnterTimestampMonotonic")["ActiveEnterTimestampMonotonic"])
+               for unit in (FW_UNIT, NE_UNIT)}
+    assert 0 < started[FW_UNIT] <= started[NE_UNIT], started
+
+
+def test_a_flushed_table_is_put_back_by_the_next_run(monitoring):
+    del monitoring
+    worker = GROUPS["pair_b"][1]
+    rc, out, err = node(worker, "nft flush chain inet dspark_monitor input && nft list table inet dspark_monitor")
+    assert rc == 0 and "dport 9100" not in out, out + err
+    rc, out = playbook("playbooks/monitoring.yml", "--limit", worker)
+    assert rc == 0, out[-3000:]
+    assert recap_changed(out)[worker] >= 1, out[-3000:]
+    rc, table, err = node(worker, "nft list table inet dspark_monitor")
+    assert 'tcp dport 9100 drop comment "node_exporter from anyone else"' in table, table + err
+    rc, out = playbook("playbooks/monitoring.yml", "--limit", worker)
+    assert rc == 0 and recap_changed(out) == {worker: 0}, out[-3000:]
+
+
+def test_prometheus_beyond_loopback_without_a_web_config_changes_nothing(monitoring):
+    del monitoring
+    rc, out = playbook("playbooks/monitoring.yml", "-e", "monitoring_prometheus_listen_address=0.0.0.0")
+    assert rc != 0
+    assert "monitoring_prometheus_listen_address='0.0.0.0' is not a loopback address" in out, out[-3000:]
+    assert not any(recap_changed(out).values()), out[-3000:]
+
+
+def _status(url, credentials=True):
+    auth = "-u dspark:%s " % WEB_PASSWORD if credentials else ""
+    rc, out, dummy = node(MONITOR, "curl -sk -o /dev/null -w '%%{http_code}' %s%s" % (auth, _quote(url)))
+    return out.strip()
+
+
+def test_with_a_web_config_both_servers_ask_for_the_password(monitoring, tmp_path):
+    """TLS and basic auth on both (Prometheus on every address), then the defaults put back."""
+    del monitoring
+    tls = "/etc/dspark/monitoring-tls"
+    with tempfile.TemporaryDirectory() as work:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=monitor",
+                        "-keyout", work + "/mon.key", "-out", work + "/mon.crt"], check=True, capture_output=True)
+        assert node(MONITOR, "mkdir -p %s" % tls)[0] == 0
+        for name in ("mon.key", "mon.crt"):
+            rc, out = docker("cp", "%s/%s" % (work, name), "%s:%s/%s" % (MONITOR, tls, name))
+            assert rc == 0, out
+    assert node(MONITOR, "chown root:prometheus %s/mon.key %s/mon.crt && chmod 0640 %s/mon.key" % (tls, tls, tls))[0] == 0
+    extra = tmp_path / "web.json"
+    extra.write_text(json.dumps({
+        "monitoring_prometheus_listen_address": "0.0.0.0",
+        "monitoring_web_config": {"tls_server_config": {"cert_file": tls + "/mon.crt", "key_file": tls + "/mon.key"},
+                                  "basic_auth_users": {"dspark": WEB_HASH}},
+        "monitoring_web_username": "dspark", "monitoring_web_password": WEB_PASSWORD}))
+    try:
+        rc, out = playbook("playbooks/monitoring.yml", "--limit", MONITOR, "-e", "@%s" % extra)
+        assert rc == 0, out[-5000:]
+        assert WEB_PASSWORD not in out and WEB_HASH not in out
+        for port in (9090, 9093):
+            assert _status("https://127.0.0.1:%d/-/ready" % port, credentials=False) == "401"
+            assert _status("https://127.0.0.1:%d/-/ready" % port) == "200"
+        rc, out, err = node(MONITOR, "stat -c '%%a %%U %%G' /etc/dspark/monitoring/web-config.yml "
+                                     "/etc/dspark/monitoring/web-password")
+        assert out.split("\n")[:2] == ["640 root prometheus", "600 prometheus prometheus"], out + err
+
+        def self_scraped():
+            rc, out, dummy = node(MONITOR, "curl -sk -u dspark:%s %s" % (WEB_PASSWORD, _quote(
+                "https://127.0.0.1:9090/api/v1/query?" + urllib.parse.urlencode({"query": 'up{job="prometheus"}'}))))
+            found = json.loads(out)["data"]["result"] if rc == 0 and out.startswith("{") else []
+            return found and found[0]["value"][1] == "1"
+
+        assert wait_for(self_scraped, timeout=60, interval=5)
+        rc, out = playbook("playbooks/monitoring.yml", "--limit", MONITOR, "-e", "@%s" % extra)
+        assert rc == 0 and recap_changed(out) == {MONITOR: 0}, out[-3000:]
+    finally:
+        rc, out = playbook("playbooks/monitoring.yml", "--limit", MONITOR)
+        assert rc == 0, out[-3000:]
+    assert wait_for(lambda: _status(PROMETHEUS + "/-/ready", credentials=False) == "200", timeout=60, interval=2)
+    rc, out, dummy = node(MONITOR, "ls /etc/dspark/monitoring/web-config.yml /etc/dspark/monitoring/web-password")
+    assert rc != 0, out

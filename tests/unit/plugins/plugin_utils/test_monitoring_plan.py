@@ -155,3 +155,124 @@ def test_the_plan_does_not_change_its_inputs():
     before = copy.deepcopy((groups, hostvars))
     monitoring_plan(hostvars, groups, defaults(), "router")
     assert (groups, hostvars) == before
+
+
+# -- node_exporter's boot unit ---------------------------------------------------------------------------------------
+
+def test_the_boot_unit_loads_the_table_before_node_exporter_and_node_exporter_requires_it():
+    groups, hostvars = fleet()
+    fw = monitoring_plan(hostvars, groups, dict(defaults(), monitoring_config_dir="/etc/x/mon"), "a1")["firewall"]
+    unit = fw["unit"].splitlines()
+    assert fw["unit_name"] == "dspark-monitor-firewall.service"
+    assert "Before=network-pre.target prometheus-node-exporter.service" in unit
+    # RequiredBy=: node_exporter's unit gets Requires= on it, so node_exporter does not start when the table fails.
+    assert "RequiredBy=prometheus-node-exporter.service" in unit and "WantedBy=multi-user.target" in unit
+    assert "ExecStart=/usr/sbin/nft -f /etc/x/mon/firewall.nft" in unit and "Type=oneshot" in unit
+
+
+# -- Prometheus and Alertmanager beyond loopback ---------------------------------------------------------------------
+
+HASH = "$2b$10$abcdefghijklmnopqrstuuWRO.aPjfZIPa7LiT/idLvqe8ILJHybK"
+TLS = {"tls_server_config": {"cert_file": "/etc/ssl/mon.crt", "key_file": "/etc/ssl/private/mon.key"}}
+USERS = {"basic_auth_users": {"grafana": HASH, "dspark": HASH}}
+
+
+def web(**extra):
+    return dict(defaults(), **extra)
+
+
+@pytest.mark.parametrize("name", ["monitoring_prometheus_listen_address", "monitoring_alertmanager_listen_address"])
+@pytest.mark.parametrize("address", ["10.0.0.5", "0.0.0.0", "::", "2001:db8::5"])
+def test_a_listener_beyond_loopback_without_a_web_config_is_refused_with_the_fix(name, address):
+    problems = mp.check_settings(web(**{name: address}))
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("%s=%r is not a loopback address" % (name, address))
+    assert "monitoring_web_config" in problems[0] and "Fix:" in problems[0] and "127.0.0.1" in problems[0].split("Fix:")[1]
+    # ...and the plan holds no configuration, so the role changes nothing.
+    groups, hostvars = fleet()
+    assert monitoring_plan(hostvars, groups, web(**{name: address}), "router")["server_args"] == {}
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.53", "::1"])
+def test_loopback_needs_no_web_config(address):
+    assert mp.check_settings(web(monitoring_prometheus_listen_address=address,
+                                 monitoring_alertmanager_listen_address=address)) == []
+
+
+@pytest.mark.parametrize("extra", [
+    {"monitoring_web_config": TLS},
+    {"monitoring_web_config": USERS, "monitoring_web_username": "dspark", "monitoring_web_password": "pw-1"},
+    {"monitoring_web_config": dict(TLS, **USERS), "monitoring_web_username": "grafana", "monitoring_web_password": "x y"},
+])
+def test_tls_or_basic_auth_opens_other_addresses(extra):
+    assert mp.check_settings(web(monitoring_prometheus_listen_address="10.0.0.5",
+                                 monitoring_alertmanager_listen_address="0.0.0.0", **extra)) == []
+
+
+@pytest.mark.parametrize("extra, name, words", [
+    ({"monitoring_web_config": ["tls"]}, "monitoring_web_config", "is not a mapping"),
+    ({"monitoring_web_config": dict(TLS, tls_config={})}, "monitoring_web_config", "tls_config"),
+    ({"monitoring_web_config": {"tls_server_config": {"cert_file": "/etc/ssl/mon.crt"}}},
+     "monitoring_web_config.tls_server_config", "cert_file and key_file"),
+    ({"monitoring_web_config": {"tls_server_config": {"cert_file": "mon.crt", "key_file": "/k"}}},
+     "monitoring_web_config.tls_server_config", "plain absolute paths"),
+    ({"monitoring_web_config": {"tls_server_config": dict(TLS["tls_server_config"], client_auth_type="RequireAndVerifyClientCert")}},
+     "monitoring_web_config.tls_server_config.client_auth_type", "Prometheus' own requests"),
+    ({"monitoring_web_config": {"basic_auth_users": {"dspark": "plain-SECRET"}}, "monitoring_web_username": "dspark",
+      "monitoring_web_password": "pw"}, "monitoring_web_config.basic_auth_users", "bcrypt"),
+    ({"monitoring_web_config": {"basic_auth_users": {"a:b": HASH}}, "monitoring_web_username": "a:b",
+      "monitoring_web_password": "pw"}, "monitoring_web_config.basic_auth_users", "no colon"),
+    ({"monitoring_web_config": {"basic_auth_users": {}}}, "monitoring_web_config.basic_auth_users", "bcrypt"),
+    ({"monitoring_web_config": USERS, "monitoring_web_password": "pw"}, "monitoring_web_username", "grafana"),
+    ({"monitoring_web_config": USERS, "monitoring_web_username": "dspark"}, "monitoring_web_password", "is empty"),
+    ({"monitoring_web_config": USERS, "monitoring_web_username": "dspark", "monitoring_web_password": "SECRET-pw "},
+     "monitoring_web_password", "white space"),
+    ({"monitoring_web_config": TLS, "monitoring_web_password": "SECRET-pw"}, "monitoring_web_password",
+     "no basic_auth_users"),
+])
+def test_each_bad_web_value_names_variable_and_fix_and_shows_no_secret(extra, name, words):
+    problems = mp.check_settings(web(**extra))
+    assert any(p.startswith(name + "=") and words in p for p in problems), problems
+    assert all("Fix:" in p for p in problems)
+    text = " ".join(problems)
+    assert HASH not in text and "SECRET" not in text
+
+
+def test_prometheus_reaches_its_own_listeners_with_https_and_its_user():
+    groups, hostvars = fleet()
+    settings = web(monitoring_web_config=dict(TLS, **USERS), monitoring_web_username="dspark",
+                   monitoring_web_password="SECRET-pw", monitoring_prometheus_listen_address="0.0.0.0",
+                   monitoring_alertmanager_listen_address="10.0.0.5", monitoring_config_dir="/etc/dspark/monitoring")
+    out = monitoring_plan(hostvars, groups, settings, "router")
+    assert out["problems"] == []
+    own = {"scheme": "https", "tls_config": {"insecure_skip_verify": True},
+           "basic_auth": {"username": "dspark", "password_file": "/etc/dspark/monitoring/web-password"}}
+    job = out["prometheus"]["scrape_configs"][0]
+    assert job == dict({"job_name": "prometheus", "static_configs": [{"targets": ["127.0.0.1:9090"]}]}, **own)
+    assert out["prometheus"]["alerting"]["alertmanagers"] == [
+        dict({"static_configs": [{"targets": ["10.0.0.5:9093"]}]}, **own)]
+    # Separate mappings: a shared one would be dumped as a YAML anchor and alias.
+    assert job["basic_auth"] is not out["prometheus"]["alerting"]["alertmanagers"][0]["basic_auth"]
+    assert out["web"] == {"on": True, "tls": True, "basic_auth": True,
+                          "config_file": "/etc/dspark/monitoring/web-config.yml",
+                          "password_file": "/etc/dspark/monitoring/web-password",
+                          "urls": ["https://127.0.0.1:9090/-/ready", "https://10.0.0.5:9093/-/ready"]}
+    assert out["server_args"] == {
+        "prometheus": "--web.listen-address=0.0.0.0:9090 --storage.tsdb.retention.time=15d "
+                      "--web.config.file=/etc/dspark/monitoring/web-config.yml",
+        "alertmanager": "--web.listen-address=10.0.0.5:9093 --cluster.listen-address= "
+                        "--web.config.file=/etc/dspark/monitoring/web-config.yml"}
+    assert "SECRET" not in repr(out) and HASH not in repr(out)
+
+
+def test_without_a_web_config_nothing_changes_for_prometheus():
+    groups, hostvars = fleet()
+    out = monitoring_plan(hostvars, groups, defaults(), "router")
+    assert out["server_args"] == {
+        "prometheus": "--web.listen-address=127.0.0.1:9090 --storage.tsdb.retention.time=15d",
+        "alertmanager": "--web.listen-address=127.0.0.1:9093 --cluster.listen-address="}
+    assert out["prometheus"]["scrape_configs"][0] == {"job_name": "prometheus",
+                                                      "static_configs": [{"targets": ["127.0.0.1:9090"]}]}
+    assert out["prometheus"]["alerting"]["alertmanagers"] == [{"static_configs": [{"targets": ["127.0.0.1:9093"]}]}]
+    assert out["web"]["on"] is False
+    assert out["web"]["urls"] == ["http://127.0.0.1:9090/-/ready", "http://127.0.0.1:9093/-/ready"]
