@@ -38,9 +38,9 @@ def one(port):
     assert answer.status == 200, (port, answer.status)
     return (time.perf_counter() - start) * 1000.0
 for port in (EDGE, ENGINE):
-    for _ in range(20):
+    for warm in range(20):
         one(port)                      # warm both paths
-for i in range(N):
+for turn in range(N):
     times["edge"].append(one(EDGE))
     times["engine"].append(one(ENGINE))
 print(json.dumps(times))
@@ -52,7 +52,7 @@ def group_vars():
     values = {}
     for line in GROUP_VARS.read_text().splitlines():
         if line.startswith(("dspark_api_port:", "serve_api_keys:")):
-            name, _, value = line.partition(":")
+            name, dummy, value = line.partition(":")
             values[name] = value.strip()
     keys = values["serve_api_keys"].strip("[]").split(",")
     return int(values["dspark_api_port"]), keys[0].strip()
@@ -65,9 +65,9 @@ def percentile(values, fraction):
 
 def main():
     api_port, key = group_vars()
-    run = subprocess.run(["docker", "exec", "-i", HEAD, "python3", "-"], input=PROBE % (key, api_port, ENGINE_PORT,
-                                                                                          REQUESTS),
-                         capture_output=True, text=True, timeout=1800, check=False)
+    probe = PROBE % (key, api_port, ENGINE_PORT, REQUESTS)
+    run = subprocess.run(["docker", "exec", "-i", HEAD, "python3", "-"], input=probe, capture_output=True, text=True,
+                         timeout=1800, check=False)
     if run.returncode != 0:
         sys.exit("the probe failed on %s (is the real-engine lab up and converged?): %s" % (HEAD, run.stderr[-2000:]))
     times = json.loads(run.stdout)
