@@ -319,7 +319,7 @@ def test_with_a_web_config_both_servers_ask_for_the_password(monitoring, tmp_pat
         for port in (9090, 9093):
             assert _status("https://127.0.0.1:%d/-/ready" % port, credentials=False) == "401"
             assert _status("https://127.0.0.1:%d/-/ready" % port) == "200"
-        rc, out, err = node(MONITOR, "stat -c '%%a %%U %%G' /etc/dspark/monitoring/web-config.yml "
+        rc, out, err = node(MONITOR, "stat -c '%a %U %G' /etc/dspark/monitoring/web-config.yml "
                                      "/etc/dspark/monitoring/web-password")
         assert out.split("\n")[:2] == ["640 root prometheus", "600 prometheus prometheus"], out + err
 
