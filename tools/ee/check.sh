@@ -30,11 +30,19 @@ n=0
 log() { printf 'ee-check: %s\n' "$*"; }
 die() { printf 'ee-check: FAILED: %s\n' "$*" >&2; exit 1; }
 
-# in_ee CMD...: run CMD in a fresh container (the checkout read-only at /runner/project, like an AWX project).
+# The project the EE's user (1000, as in AWX) reads: the checkout's tracked and untracked (not ignored) files in a
+# directory of its own that others may enter. The checkout itself may sit below a directory only root can enter
+# (a clean clone into mktemp -d does), which the image's user could not read.
+project=$(mktemp -d)
+trap 'rm -rf "$project"' EXIT
+(cd "$repo" && git ls-files -co --exclude-standard -z | rsync -a --from0 --files-from=- ./ "$project/")
+chmod -R a+rX "$project"
+
+# in_ee CMD...: run CMD in a fresh container (the project read-only at /runner/project, like an AWX project).
 in_ee() {
   n=$((n + 1))
   docker run --rm -i --name "dspark-ee-check-$$-$n" --network none \
-    -v "$repo:/runner/project:ro" -w /tmp "$image" "$@" </dev/null
+    -v "$project:/runner/project:ro" -w /tmp "$image" "$@" </dev/null
 }
 
 docker image inspect "$image" >/dev/null 2>&1 || die "no image $image (tools/ee/build.sh)"
@@ -105,7 +113,7 @@ log "5. ansible-runner --process-isolation from this machine (the venv's runner 
 runner_bin=$repo/.venv/bin/ansible-runner
 if [[ -x $runner_bin ]]; then
   pd=$(mktemp -d /tmp/dspark-ee-check.XXXXXX)
-  trap 'rm -rf "$pd"' EXIT
+  trap 'rm -rf "$pd" "$project"' EXIT
   mkdir -p "$pd/env" "$pd/inventory" "$pd/project"
   # The committed project (the checkout holds .venv and .lab: too much to mount), the example inventory.
   git -C "$repo" archive HEAD | tar -x -C "$pd/project"
