@@ -173,14 +173,17 @@ def test_the_api_is_closed_without_the_fleets_key():
 
 
 def test_a_key_past_its_rate_gets_429_and_other_clients_do_not():
-    """router_key_rate_limit (50 per second): a burst of one key's requests meets 429 with Retry-After; a request
-    without the key is counted apart (by address) and gets the group's 401, not 429; a second later the key works."""
+    """router_key_rate_limit (50 per second): a burst of one key's requests, spread over four spellings of the scheme
+    (#41: the heads take any case), meets 429 with Retry-After as one key; a request without the key is counted apart
+    (by address) and gets the group's 401, not 429; a second later the key works."""
     results = []
+    spellings = ["Bearer", "BEARER", "bearer", "BeArEr"]
 
     def burst():
-        for dummy in range(40):
+        for turn in range(40):
             try:
-                status, headers, dummy = call("GET", "/v1/models", lab.bearer())
+                header = {"Authorization": "%s %s" % (spellings[turn % 4], lab.api_key())}
+                status, headers, dummy = call("GET", "/v1/models", header)
                 results.append((status, headers.get("Retry-After")))
             except (OSError, http.client.HTTPException) as err:
                 results.append((repr(err), None))
