@@ -82,7 +82,9 @@ def login(sshd, line, source, *options):
     command = [SSH, "-i", os.path.join(sshd["work"], "client_key"), "-b", source, "-p", str(sshd["port"]),
                "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
                "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", *options, "%s@127.0.0.1" % sshd["user"], "true"]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    # stdin from /dev/null: ssh sets its stdin non-blocking, and on pytest's own stdin that flag would outlive it and
+    # make every later ansible-playbook of the session refuse to run ("requires blocking IO").
+    run = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False, stdin=subprocess.DEVNULL)
     time.sleep(0.2)
     return open(sshd["log"], encoding="utf-8").read()[before:], run.returncode, run.stderr
 
