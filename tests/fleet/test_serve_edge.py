@@ -12,11 +12,11 @@ Runs after test_router.py (the fleet converged, the router set up).
 """
 
 import json
-import re
 import subprocess
 
 import pytest
 
+import engine_routes
 import fleetlab as lab
 import routerlab
 
@@ -27,7 +27,6 @@ API_PORT = 8888
 API_PATHS = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/embeddings", "/v1/responses"}
 # The edge's refusals; 429: its cap of requests without a valid key per source (serve_edge_unauthenticated_rate).
 EDGE_TYPES = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}
-ROUTE_RE = re.compile(r"Route: (\S+), Methods: (.+)$")
 
 # Runs on a node: reads {"address", "port", "key", "requests": [[method, path, scheme or null]]} on stdin and prints
 # [[status, error type or null], ...]. A scheme of null sends no Authorization; "wrong" sends a wrong key.
@@ -61,14 +60,7 @@ def routes():
     """(method, path) of every GET or POST route the head's engine printed at start-up."""
     rc, out, err = lab.node(HEAD, "docker logs %s 2>&1 | grep 'Route: '" % lab.CONTAINER)
     assert rc == 0, out + err
-    found = []
-    for line in out.splitlines():
-        match = ROUTE_RE.search(line)
-        if match:
-            path = re.sub(r"\{[^}]+\}", "x", match.group(1))
-            for method in (m.strip() for m in match.group(2).split(",")):
-                if method in ("GET", "POST") and (method, path) not in found:
-                    found.append((method, path))
+    found = engine_routes.parse(out)
     assert ("POST", "/invocations") in found and ("GET", "/v1/models") in found, found
     return found
 

@@ -8,7 +8,6 @@ the group): `make realtest`.
 
 import http.client
 import json
-import re
 import urllib.error
 import urllib.request
 
@@ -16,10 +15,11 @@ import pytest
 
 from reallab import CONTAINER, GROUP_VARS, HEAD, KEYS, MODEL_NAME, node
 
+import engine_routes as route_log  # tests/fleet, on the path through reallab
+
 EDGE = "http://10.233.0.11:%d" % GROUP_VARS["dspark_api_port"]
 ALLOWED = set(GROUP_VARS.get("serve_edge_allowed_paths") or
               ["/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/embeddings", "/v1/responses"])
-ROUTE_RE = re.compile(r"Route: (\S+), Methods: (.+)$")
 EDGE_TYPES = {401: "authentication_error", 404: "not_found_error"}
 
 
@@ -27,15 +27,7 @@ def routes():
     """(path, method) of every route real vLLM printed at start-up (`Route: /path, Methods: GET, HEAD`)."""
     rc, out = node(HEAD, "docker logs %s 2>&1 | grep 'Route: '" % CONTAINER)
     assert rc == 0, out
-    found = []
-    for line in out.splitlines():
-        match = ROUTE_RE.search(line)
-        if match:
-            path = re.sub(r"\{[^}]+\}", "x", match.group(1))
-            for method in (m.strip() for m in match.group(2).split(",")):
-                if method in ("GET", "POST") and (path, method) not in found:
-                    found.append((path, method))
-    return found
+    return [(path, method) for method, path in route_log.parse(out)]
 
 
 def ask(path, method, authorization=None):
