@@ -17,10 +17,11 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 
 import pytest
+
+from netns_steps import result, run_in_namespace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TEMPLATES = os.path.join(ROOT, "tests", "templates")
@@ -79,19 +80,8 @@ def session(tmp_path_factory):
         playbook(out, "deleted", base),
         "%s list ruleset > %s/after_deleted.nft" % (NFT, out),
     ]
-    environ = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
-                   PATH="%s:%s" % (bin_dir, os.environ.get("PATH", "")))
-    run = subprocess.run(["unshare", "-rn", "sh", "-c", "; ".join(steps)], cwd=ROOT, env=environ, capture_output=True,
-                         text=True, timeout=600, check=False)
-    if "Operation not permitted" in run.stderr and not (out / "first.rc").exists():
-        pytest.skip("no unprivileged network namespaces here: %s" % run.stderr.strip())
+    run_in_namespace(steps, out, bin_dir)
     return out, conf
-
-
-def result(out, step):
-    text = (out / ("%s.out" % step)).read_text()
-    assert (out / ("%s.rc" % step)).read_text().strip() == "0", text[-4000:]
-    return text
 
 
 def test_first_run_loads_records_and_enables_the_boot_unit(session):
