@@ -22,11 +22,11 @@ BASE = ("base.yml",)
 IGNORED_TASKS = ("dspark.cluster.preflight : Contact every node over SSH",)
 
 
-def run_site(inventories, args=(), env=None):
+def run_site(inventories, args=(), env=None, playbook=PLAYBOOK):
     command = [ANSIBLE_PLAYBOOK]
     for name in inventories:
         command += ["-i", os.path.join(BAD, name)]
-    command += list(args) + [PLAYBOOK]
+    command += list(args) + [playbook]
     environ = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
                    ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", **(env or {}))
     run = subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=120, check=False)
