@@ -86,8 +86,12 @@ def test_watch_once_restarts_the_dead_group_only(tmp_path, fake_project, capsys)
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
     by_group = [(r["group"], r["action"]) for r in records if r["group"]]
-    assert by_group == [("grp_a", "check"), ("grp_a", "logs"), ("grp_a", "restart"), ("grp_b", "check")]
+    # One verify.yml run checks both groups; grp_a's failed proof does not touch grp_b (isolation), then grp_a alone
+    # is followed up.
+    assert by_group == [("grp_a", "check"), ("grp_b", "check"), ("grp_a", "logs"), ("grp_a", "restart")]
+    assert records[2]["ok"] is True and records[2]["summary"] is None
     check = records[1]
+    assert check["log"] == str(tmp_path / "art" / "round00001" / "all-groups" / "check" / "stdout")
     assert check["ok"] is False and "worker_never_joined" in check["summary"]
     assert check["diagnosis"][0]["node"] == "grp_a-worker"
     logs = [r for r in records if r["action"] == "logs"][0]

@@ -259,6 +259,33 @@ class GroupEvents:
                 "final_task": final, "more_failures": self.failures_dropped}
 
 
+class SplitEvents:
+    """The events of ONE run over several groups, folded per group (pure: no I/O): each host's events (``runner_*``)
+    go to the GroupEvents of the group that host belongs to, the run's own events (playbook, plays, tasks, stats) to
+    every group's. `host_groups` maps host -> group; a host it does not name goes to the only group when there is one,
+    else nowhere (it is no host of a group in this run). `feed()` is the event handler; `groups[name]` the folds."""
+
+    def __init__(self, groups, host_groups):
+        self.groups = dict((group, GroupEvents()) for group in groups)
+        self.host_groups = dict(host_groups or {})
+        self.only = next(iter(self.groups)) if len(self.groups) == 1 else None
+
+    def group_of(self, host):
+        group = self.host_groups.get(host)
+        return group if group in self.groups else (None if group is not None else self.only)
+
+    def feed(self, event):
+        kind = event.get("event") or ""
+        host = (event.get("event_data") or {}).get("host") if kind.startswith("runner_") else None
+        if host is None:
+            for events in self.groups.values():
+                events.feed(event)
+            return
+        group = self.group_of(host)
+        if group is not None:
+            self.groups[group].feed(event)
+
+
 def tp_ranks_view(res, host, ok):
     """The parts of a tp_ranks result the report keeps (never its logs)."""
     containers = res.get("containers") if isinstance(res.get("containers"), dict) else {}

@@ -1,11 +1,15 @@
-"""`dspark-fleet watch`: the supervisor. Every round, per serving group (one ansible-runner run each):
+"""`dspark-fleet watch`: the supervisor. Every round:
 
-1. take the group's lock (locks.py; held by `reprovision` while it runs the group): if it is held, journal
-   `locked` and leave the group alone this round;
-2. check it with playbooks/verify.yml (dspark.cluster.tp_ranks with a short timeout: every rank registered,
-   the API generates, no wedge; nothing is started or stopped);
-3. when it is broken, `decide()` (pure) says what to do from the journal's history of the group: restart now,
-   wait (exponential backoff), give up (the cap: at most N restarts in a window), or nothing (already failed);
+1. take each serving group's lock (locks.py; held by `reprovision` while it runs the group): a group whose lock is
+   held is journaled `locked` and left alone this round;
+2. check every group it holds with ONE run of playbooks/verify.yml (--limit of those groups; dspark.cluster.tp_ranks
+   on each head with a short timeout: every rank registered, the API generates, no wedge; nothing is started or
+   stopped), its events split per group by host (events.SplitEvents) and judged per group (`judge_group()`): one
+   group's failure never marks another broken. Each group's `check` is journaled as before; a serving group's lock
+   is released at once;
+3. a broken group goes on in its own thread (at most --parallel at once): `decide()` (pure) says what to do from the
+   journal's history of the group: restart now, wait (exponential backoff), give up (the cap: at most N restarts in
+   a window), or nothing (already failed);
 4. a restart first collects every rank's logs (playbooks/logs.yml --limit <group>), then restarts the group
    as one unit by the normal start path (playbooks/serve.yml --limit <group> -e serve_force_restart=true);
    a start that fails with the memory guard's "needs a reboot" is never retried;
@@ -37,7 +41,7 @@ from dataclasses import dataclass
 
 from . import journal as journal_mod
 from . import locks, rolling, runner_exec, trust
-from .events import GroupEvents
+from .events import GroupEvents, SplitEvents
 
 VERIFY = "playbooks/verify.yml"
 SERVE = "playbooks/serve.yml"
@@ -53,6 +57,8 @@ ROUND_RE = re.compile(r"^round\d{5,}$")
 KEEP_ROUNDS = 50
 KEEP_DAYS = 14.0
 VAULT_ENV = "ANSIBLE_VAULT_PASSWORD_FILE"
+# The round's one check run lives in <round>/CHECK_DIR/check (a name no inventory group can have: '-' is not allowed).
+CHECK_DIR = "all-groups"
 
 
 @dataclass
@@ -131,6 +137,28 @@ def judge_run(run_result, events):
     else:
         out["summary"] = (run_result.error if run_result and run_result.error else
                           "ansible-playbook ended with status %s (rc %s)" % (status, run_result.rc if run_result else None))
+    return out
+
+
+def judge_group(run_result, events):
+    """judge_run() for one group of a run over several (`events`: that group's fold, SplitEvents). A run that failed
+    does not decide for a group whose own proof passed and whose hosts failed nothing (another group failed it); a
+    group without a proof of its own in a failed run stays broken (the run may have stopped before its head)."""
+    status = run_result.status if run_result else "error"
+    if status == "failed" and events.tp_ranks and events.tp_ranks.get("ok"):
+        failure = events.failure_view()
+        if not failure or all(t.get("rescued") for t in failure["failed_tasks"]):
+            return judge_run(runner_exec.RunResult(status="successful", rc=0), events)
+    return judge_run(run_result, events)
+
+
+def host_groups(inv, groups):
+    """host -> group for the members of `groups` (the fleet inventory's; {} when it lists none)."""
+    members = getattr(inv, "members", None) or {}
+    out = {}
+    for group in groups:
+        for host in members.get(group) or []:
+            out.setdefault(host, group)
     return out
 
 
@@ -298,24 +326,36 @@ class Watch:
         return removed
 
     def round(self, number):
+        """Take the locks, check every group held with one run, release the serving ones, then follow each broken
+        group up in its own thread (at most --parallel at once)."""
         self.prune(number)
-        groups = list(self.ctx.groups)
-        workers = max(1, min(self.ctx.args.parallel, len(groups)))
+        held = {}
         try:
-            if workers == 1:
-                for group in groups:
-                    if self.stopper.event.is_set():
-                        break
-                    self.group(group, number)
+            for group in list(self.ctx.groups):
+                if self.stopper.event.is_set():
+                    return
+                lock = self.take(group)
+                if lock is not None:
+                    held[group] = lock
+            if not held:
                 return
-            with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-                list(pool.map(lambda g: self.group(g, number), groups))
+            checks = self.check(list(held), number)
+            if checks is None:
+                return
+            follow = []
+            for group in held:
+                if self.settle(group, checks[group]):
+                    held[group].release()
+                else:
+                    follow.append(group)
+            self.follow_up(follow, checks, held, number)
         finally:
+            for lock in held.values():
+                lock.release()
             tidy(self.round_dir(number))
 
-    def group(self, group, number):
-        if self.stopper.event.is_set():
-            return
+    def take(self, group):
+        """The group's lock, or None after journaling why it is left alone this round."""
         lock = locks.GroupLock(self.state_dir, group, "watch")
         try:
             acquired = lock.acquire()
@@ -325,33 +365,90 @@ class Watch:
             self.say("%s: cannot take its lock %s: %s; fix: run reprovision as the service user, or chown the file to "
                      "it" % (group, lock.path, exc))
             self.health[group] = "broken"
-            return
+            return None
         if not acquired:
             holder = lock.holder()
             self.record("locked", group, holder=holder)
             self.say("%s: locked by %s: left alone this round" % (group, locks.describe(holder)))
             self.health[group] = "locked"
+            return None
+        return lock
+
+    def check(self, groups, number):
+        """One verify.yml run over `groups`: {group: judge_group()'s verdict + duration_s and log}, journaled per
+        group; None when the watch was stopped meanwhile (nothing journaled)."""
+        folder = os.path.join(self.round_dir(number), CHECK_DIR)
+        started = self.clock()
+        split = SplitEvents(groups, host_groups(self.ctx.inv, groups))
+        args = []
+        for value in self.ctx.args.extra_vars:
+            args += ["-e", value]
+        spec = self.ctx.spec("check", folder, VERIFY, ",".join(groups), args)
+        try:
+            result = self.runner(spec, event_handler=split.feed, cancel_callback=self.stopper.event.is_set)
+        except Exception as exc:  # pylint: disable=broad-except
+            for group in groups:
+                self.record("error", group, msg="%s: %s" % (type(exc).__name__, exc))
+                self.say("%s: supervisor error: %s: %s" % (group, type(exc).__name__, exc))
+                self.health[group] = "broken"
+            return None
+        if self.stopper.event.is_set():
+            return None
+        duration = round(self.clock() - started, 1)
+        checks = {}
+        for group in groups:
+            check = judge_group(result, split.groups[group])
+            check["duration_s"] = duration
+            self.record("check", group, ok=check["ok"], summary=check["summary"], diagnosis=check["diagnosis"],
+                        duration_s=duration, log=None if check["ok"] else spec.stdout_path)
+            checks[group] = check
+        if all(c["ok"] for c in checks.values()) and not self.keep_ok:
+            shutil.rmtree(spec.artifact_dir, ignore_errors=True)
+        return checks
+
+    def settle(self, group, check):
+        """True when the group serves and nothing else is due (its lock can go now)."""
+        state = self.state(group)
+        if check["ok"] and not state.get("failed") and not (self.router and state.get("drained")):
+            self.health[group] = "ok"
+            self.say("%s: serving" % group)
+            return True
+        return False
+
+    def follow_up(self, groups, checks, held, number):
+        """decide() and what it says for each group in `groups`, each in its own thread; each lock released when
+        its group is done."""
+        if not groups or self.stopper.event.is_set():
+            return
+
+        def one(group):
+            try:
+                self.group(group, number, checks[group])
+            finally:
+                held[group].release()
+
+        workers = max(1, min(self.ctx.args.parallel, len(groups)))
+        if workers == 1:
+            for group in groups:
+                if self.stopper.event.is_set():
+                    break
+                one(group)
+            return
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(one, groups))
+
+    def group(self, group, number, check):
+        if self.stopper.event.is_set():
             return
         try:
-            self._group(group, number)
+            self._group(group, number, check)
         except Exception as exc:  # pylint: disable=broad-except
             self.record("error", group, msg="%s: %s" % (type(exc).__name__, exc))
             self.say("%s: supervisor error: %s: %s" % (group, type(exc).__name__, exc))
             self.health[group] = "broken"
-        finally:
-            lock.release()
 
-    def _group(self, group, number):
+    def _group(self, group, number, check):
         folder = os.path.join(self.round_dir(number), group)
-        started = self.clock()
-        check, spec = self.play(group, folder, "check", VERIFY, [])
-        if self.stopper.event.is_set():
-            return
-        self.record("check", group, ok=check["ok"], summary=check["summary"], diagnosis=check["diagnosis"],
-                    duration_s=round(self.clock() - started, 1),
-                    log=None if check["ok"] else spec.stdout_path)
-        if check["ok"] and not self.keep_ok:
-            shutil.rmtree(spec.artifact_dir, ignore_errors=True)
         action, detail = decide(check["ok"], self.state(group), self.clock(), self.policy)
         if action == OK:
             self.health[group] = "ok"
