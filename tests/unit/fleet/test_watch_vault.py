@@ -90,7 +90,7 @@ def test_the_password_file_reaches_ansible_by_its_path_only(tmp_path, fake_proje
                json.dumps({"fake_secret_sha256": "other"}))
     capsys.readouterr()
     assert code == 1
-    command = json.loads((tmp_path / "art" / "round00001" / "grp_a" / "check" / "command").read_text())
+    command = json.loads((tmp_path / "art" / "round00001" / "all-groups" / "check" / "command").read_text())
     assert command["env"][watch.VAULT_ENV] == str(vault)
     assert PASSWORD not in json.dumps(command) and str(vault) not in " ".join(command["command"])
 
