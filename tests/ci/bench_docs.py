@@ -120,6 +120,32 @@ BENCHMARKS = {
                     ("death to failed check, each run (s)", "results.*.death_to_failed_check_s"),
                     ("restart (serve.yml), each run (s)", "results.*.restart_s")],
     },
+    "supervisor_round.json": {
+        "title": "The supervisor's healthy round (simulator, fleet lab)",
+        "script": "bench/bench_supervisor_round.py",
+        "measures": "`dspark-fleet watch` on the fleet lab while every group serves (issue #40): controller CPU "
+                    "(every process waited for, plus the ssh ControlMasters) and wall of a `--once` round over one "
+                    "group and over both, hence the fixed cost of a round and the marginal cost of a group, "
+                    "projected to 100 groups; and the service's own round (several rounds in one process: the start "
+                    "paid once). Beside the same numbers of the baseline commit (one verify.yml run per group), run "
+                    "by the same script against the same lab.",
+        "numbers": [("service's round, CPU per group (s)", "service_round.cpu_s_per_group"),
+                    ("baseline: service's round, CPU per group (s)", "baseline.service_round.cpu_s_per_group"),
+                    ("service's round over two groups, CPU (s)", "service_round.cpu_s_per_round"),
+                    ("baseline: service's round over two groups, CPU (s)", "baseline.service_round.cpu_s_per_round"),
+                    ("--once over two groups, CPU per group (s)", "both_groups.cpu_s_per_group"),
+                    ("baseline: --once over two groups, CPU per group (s)", "baseline.both_groups.cpu_s_per_group"),
+                    ("--once over two groups, wall of each run (s)", "both_groups.wall_s_each"),
+                    ("baseline: --once over two groups, wall of each run (s)", "baseline.both_groups.wall_s_each"),
+                    ("fixed CPU per round (s)", "fixed_cpu_s_per_round"),
+                    ("baseline: fixed CPU per round (s)", "baseline.fixed_cpu_s_per_round"),
+                    ("marginal CPU per group (s)", "marginal_cpu_s_per_group"),
+                    ("baseline: marginal CPU per group (s)", "baseline.marginal_cpu_s_per_group"),
+                    ("100 groups: CPU per group (s)", "projection.cpu_s_per_group"),
+                    ("baseline: 100 groups: CPU per group (s)", "baseline.projection.cpu_s_per_group"),
+                    ("100 groups: cores at a 60 s interval", "projection.cores_at_60_s_interval"),
+                    ("baseline: 100 groups: cores at a 60 s interval", "baseline.projection.cores_at_60_s_interval")],
+    },
     "real_engine_recovery.json": {
         "title": "Supervisor recovery (real engine)",
         "script": "bench/bench_recovery.py",
