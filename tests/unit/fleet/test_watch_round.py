@@ -37,8 +37,8 @@ def proof_failed(head, node, msg="rank 1 is not running (exited 137)"):
 def rescued_on(host):
     """A later task on the head (verify.yml's rescue, its status read, its final fail)."""
     return [{"event": "runner_on_ok", "event_data": {"host": host, "task": "Mark every member", "res": {}}},
-            {"event": "runner_on_failed", "event_data": {"host": host, "task": "Fail the group whose proof failed",
-                                                          "res": {"msg": "group does not serve"}}}]
+            {"event": "runner_on_failed",
+             "event_data": {"host": host, "task": "Fail the group whose proof failed", "res": {"msg": "group does not serve"}}}]
 
 
 def stats():

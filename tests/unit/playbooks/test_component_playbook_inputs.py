@@ -45,3 +45,10 @@ def test_valid_inputs_pass_the_check():
     checks = [r for play in report["plays"] for t in play["tasks"] if "Check the fabric inputs" in t["task"]["name"]
               for r in t["hosts"].values()]
     assert checks and not any(r.get("failed") for r in checks), (run.stdout[-3000:], checks)
+
+
+def test_an_nccl_env_dict_passes_preflight():
+    """serve_nccl_env is a dict (NAME: value), as the fabric role renders it; its spec once said str."""
+    run, report = run_site(BASE, args=("-e", '{"serve_nccl_env": {"NCCL_DEBUG": "INFO"}}'))
+    lines = problem_lines(report)
+    assert lines and not any("serve_nccl_env" in line for line in lines), lines   # the nodes do not exist: it stops there

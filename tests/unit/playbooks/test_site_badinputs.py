@@ -101,6 +101,10 @@ CASES = [
         ("group pair_a", "fabric_secondary_cidr", "'10.77.78.1/30' is not an IPv4 network in CIDR form without host bits"),
         ("group pair_a", "dspark_fabric_mtu", "'1400' is outside 1500-9216"),
     ]),
+    # The rank's NCCL/Gloo environment is a dict (its spec said str: a dict from the inventory was refused).
+    ("nccl env as a string", BASE, ("-e", "serve_nccl_env=NCCL_DEBUG=INFO"), None, [
+        ("extra vars (-e)", "serve_nccl_env", "'NCCL_DEBUG=INFO' is a string, not a dict"),
+    ]),
     ("operator slips", BASE + ("operator_slips.yml",), ("-e", "fabric_checks=maybe"), None, [
         ("extra vars (-e)", "fabric_checks", "'maybe' is not a boolean"),
         ("group pair_a", "dspark_tensor_parallel_size", "4 does not equal nodes x GPUs per node"),
