@@ -22,7 +22,7 @@ import time
 from datetime import datetime, timezone
 
 from . import __version__, fingerprint, inventory, locks, progress, qualify, report, resume, rolling, router_step, runner_exec
-from . import metrics, proven, supervisor, trust
+from . import acceptance, metrics, proven, supervisor, trust
 from . import watch
 from .orchestrator import Fleet, GroupRun, default_judge
 from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED, OK, RUNNING, SKIPPED, SUCCESS, Scheduler
@@ -32,7 +32,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 PLAYBOOKS = {"plan": "site.yml", "reprovision": "site.yml", "status": "playbooks/status.yml",
-             "watch": watch.VERIFY, "qualify": "playbooks/qualify.yml"}
+             "watch": watch.VERIFY, "qualify": "playbooks/qualify.yml", "acceptance": "site.yml"}
 PREFLIGHT = "playbooks/preflight.yml"
 # JSON, not key=value: `-e key=false` is the string "false", which ansible-core 2.19 refuses as a conditional.
 PREFLIGHT_VARS = '{"preflight_check_reachability": false}'
@@ -150,6 +150,7 @@ def build_parser():
                                "failed), unreachable or failed; the failing and warning checks with their fixes.",
                    epilog="Exit codes: 0 every group qualified, 1 a group not qualified, unreachable, failed or "
                           "not run, 2 bad usage or bad input.")
+    acceptance.add_parser(sub, common, _int_at_least)
     return parser
 
 
@@ -746,7 +747,7 @@ def cmd_qualify(ctx, interrupts, prog):
 
 
 COMMANDS = {"plan": cmd_plan, "reprovision": cmd_reprovision, "status": cmd_status, "watch": cmd_watch,
-            "qualify": cmd_qualify}
+            "qualify": cmd_qualify, "acceptance": acceptance.command}
 
 
 def main(argv=None):
