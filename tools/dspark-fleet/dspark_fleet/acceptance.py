@@ -542,7 +542,7 @@ class Run:
 
     def run(self):
         started = self.clock()
-        qualify_step = self.step("qualify", self.do_qualify)
+        self.step("qualify", self.do_qualify)
         site = self.step("site", self.do_site)
         if site["result"] == FAILED:
             self.skip("load", "site.yml failed: nothing to load (see the site step's diagnosis)")
@@ -554,7 +554,6 @@ class Run:
             else:
                 self.skip("kill_rank", "not asked (--kill-rank)")
         self.step("bundle", self.do_bundle)
-        del qualify_step
         return self.report(started)
 
     def measured(self):
