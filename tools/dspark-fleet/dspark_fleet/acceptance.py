@@ -58,13 +58,17 @@ SOURCES = {
     "warehack-nccl": {"title": "DGX Spark notes: building NCCL for Spark clusters (each 200G port is two PCIe Gen5 x4 "
                                "halves of about 100G; 190-198G per pair only across both)",
                       "url": "https://dgx-spark.warehack.ing/reference/nccl-build/"},
-    "nvidia-rdma-playbook": {"title": "NVIDIA dgx-spark-playbooks, heterogeneous distributed inference over RDMA "
+    "nvidia-rdma-playbook": {"title": "dgx-spark-playbooks (a copy), heterogeneous distributed inference over RDMA "
                                       "(93+ Gb/s validated over a 100 Gb/s link)",
-                             "url": "https://github.com/NVIDIA/dgx-spark-playbooks/tree/main/nvidia/"
+                             "url": "https://gogs.tftsr.com/sarman/dgx-spark-playbooks/src/commit/"
+                                    "b254e6f6328aa05e9f0a4f5e94268dd47bb45655/nvidia/"
                                     "heterogeneous-distributed-inference-rdma"},
     "playbooks-pr103": {"title": "NVIDIA/dgx-spark-playbooks#103: NCCL on two Sparks over one QSFP cable "
                                  "(all_gather busbw 23.74 GB/s with both halves and MTU 9000)",
                         "url": "https://github.com/NVIDIA/dgx-spark-playbooks/pull/103"},
+    "playbooks-issue25": {"title": "NVIDIA/dgx-spark-playbooks#25: all_gather_perf on two Sparks before MTU 9000 "
+                                   "(busbw 18.94-20.95 GB/s)",
+                          "url": "https://github.com/NVIDIA/dgx-spark-playbooks/issues/25"},
     "weiss-dsv4": {"title": "2-Node DGX Spark Cluster: Running DeepSeek V4 Flash at 16 TPS (vLLM, TP=2; 5.5 tok/s "
                             "before tuning)",
                    "url": "https://tobias-weiss.org/articles/ai/2-node-dgx-spark-deepseek-v4-cluster"},
@@ -80,7 +84,7 @@ EXPECTATIONS = [
      "unit": "Gb/s", "min": 90.0, "hardware": True, "sources": ["nvidia-rdma-playbook", "warehack-nccl"],
      "expected": ">= 90 Gb/s per RoCE device (one PCIe Gen5 x4 half, ~100 Gb/s line rate; 93+ Gb/s published)"},
     {"id": "nccl_all_reduce_busbw_gbytes", "what": "NCCL all_reduce bus bandwidth over the ConnectX-7 link",
-     "unit": "GB/s", "min": None, "hardware": True, "sources": ["playbooks-pr103"],
+     "unit": "GB/s", "min": None, "hardware": True, "sources": ["playbooks-pr103", "playbooks-issue25"],
      "expected": "no all_reduce figure found; all_gather busbw 23.74 GB/s (about 190 Gb/s) published"},
     {"id": "decode_tokens_per_s_p50", "what": "decode tokens/s per request, p50 (DeepSeek-class model, TP=2 pair)",
      "unit": "tok/s", "min": 5.5, "hardware": True, "sources": ["weiss-dsv4"],
