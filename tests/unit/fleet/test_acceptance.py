@@ -465,3 +465,28 @@ def test_main_runs_acceptance_and_prints_json(tmp_path, fake_project, venv_path,
     assert code == doc["exit_code"] == 0 and doc["schema"] == acceptance.SCHEMA, printed[-2000:]
     assert json.loads((out / "acceptance.json").read_text())["steps"] == doc["steps"]
     assert (out / "acceptance.md").is_file() and made
+
+
+def test_a_head_without_an_api_address_fails_the_load_step_by_name(tmp_path):
+    ctx = fake_ctx(tmp_path)
+    tools = FakeTools()
+    tools.host_values = lambda host, names: {"serve_api_keys": [KEY]}
+    doc = acceptance.Run(ctx, ctx.args, tools=tools, clock=tick()).run()
+    load = doc["steps"][2]
+    assert load["result"] == "failed" and "real_pair head spark-r0: no usable API address" in load["summary"], load
+    assert not [c for c in tools.calls if c[0] == "load"]
+
+
+def test_fewer_records_than_requests_fail_the_load_step(tmp_path):
+    ctx = fake_ctx(tmp_path)
+    tools = FakeTools()
+    full = tools.load
+    tools.load = lambda *args: (full(*args)[0][:3], 1.0)
+    doc = acceptance.Run(ctx, ctx.args, tools=tools, clock=tick()).run()
+    assert doc["steps"][2]["result"] == "failed" and "3 of 6 request(s) came back" in doc["steps"][2]["summary"]
+
+
+@pytest.mark.parametrize("url", ["http://10.0.0.1:None", "ftp://x", "http://:80"])
+def test_check_url_refuses_what_cannot_be_reached(url):
+    with pytest.raises(ValueError):
+        loadtest.check_url(url)

@@ -303,6 +303,14 @@ class Tools:
 # --------------------------------------------------------------------------- the run
 
 
+def text_of(runs):
+    """One line per load target: ok/requests, TTFT and decode rate at p50 and p99."""
+    return "; ".join("%s: %d/%d ok, TTFT p50 %s s p99 %s s, decode p50 %s tok/s p99 %s tok/s" % (
+        r["target"], r["summary"]["ok"], r["summary"]["requests"], r["summary"]["ttft_s"]["p50"],
+        r["summary"]["ttft_s"]["p99"], r["summary"]["decode_tokens_per_s"]["p50"],
+        r["summary"]["decode_tokens_per_s"]["p99"]) for r in runs)
+
+
 def read_json(path):
     try:
         with open(path, encoding="utf-8") as handle:
@@ -456,10 +464,19 @@ class Run:
     def do_load(self):
         a = self.args
         runs, evidence = [], {"records": os.path.join(self.out, "load.json")}
+        problems = []
         for label, url, model, key in self.targets():
+            try:
+                loadtest.check_url(url)
+            except ValueError as exc:
+                problems.append("%s: no usable API address (%s): set dspark_mgmt_address and dspark_api_port" % (
+                    label, exc))
+                continue
             self.say("acceptance: load: %d request(s), %d at once, to %s (%s)" % (a.requests, a.concurrency, label,
                                                                                    url))
             records, wall = self.tools.load(url, a.requests, a.concurrency, model, key, a.max_tokens)
+            if len(records) != a.requests:
+                problems.append("%s: %d of %d request(s) came back" % (label, len(records), a.requests))
             runs.append({"target": label, "url": url, "model": model, "key": "set" if key else "none",
                          "summary": loadtest.summarize(records, wall), "records": records})
         with open(evidence["records"], "w", encoding="utf-8") as handle:
@@ -467,10 +484,9 @@ class Run:
         self.data["load"] = {"requests": a.requests, "concurrency": a.concurrency, "max_tokens": a.max_tokens,
                              "targets": [dict((k, v) for k, v in r.items() if k != "records") for r in runs]}
         failed = sum(r["summary"]["failed"] for r in runs)
-        text = "; ".join("%s: %d/%d ok, TTFT p50 %s s p99 %s s, decode p50 %s tok/s p99 %s tok/s" % (
-            r["target"], r["summary"]["ok"], r["summary"]["requests"], r["summary"]["ttft_s"]["p50"],
-            r["summary"]["ttft_s"]["p99"], r["summary"]["decode_tokens_per_s"]["p50"],
-            r["summary"]["decode_tokens_per_s"]["p99"]) for r in runs)
+        if problems:
+            return FAILED, "; ".join(problems + ([text_of(runs)] if runs else [])), evidence, {}
+        text = text_of(runs)
         if failed:
             first = next(f for r in runs for f in r["summary"]["failures"])
             return FAILED, "%d request(s) failed (first: %s); %s" % (failed, first["error"], text), evidence, {}

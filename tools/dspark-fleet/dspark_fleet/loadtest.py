@@ -41,6 +41,10 @@ def check_url(url):
         raise ValueError("not an http(s) URL: %r" % url)
     if parts.username or parts.password:
         raise ValueError("a URL with credentials would be written to the report: pass the key another way")
+    try:
+        parts.port  # pylint: disable=pointless-statement  (raises ValueError on a port that is not a number)
+    except ValueError as exc:
+        raise ValueError("%r: %s" % (url, exc)) from None
     return parts
 
 
@@ -89,11 +93,12 @@ def one_request(parts, index, model, api_key, max_tokens, timeout, context=None)
     record = {"index": index, "ok": False, "status": None, "ttft_s": None, "latency_s": None, "output_tokens": None,
               "decode_tokens_per_s": None, "finish_reason": None, "error": None, "started": time.time()}
     https = parts.scheme == "https"
-    port = parts.port or (443 if https else 80)
-    conn = (http.client.HTTPSConnection(parts.hostname, port, timeout=timeout, context=context) if https
-            else http.client.HTTPConnection(parts.hostname, port, timeout=timeout))
     t0 = time.monotonic()
+    conn = None
     try:
+        port = parts.port or (443 if https else 80)
+        conn = (http.client.HTTPSConnection(parts.hostname, port, timeout=timeout, context=context) if https
+                else http.client.HTTPConnection(parts.hostname, port, timeout=timeout))
         conn.request("POST", parts.path.rstrip("/") + "/v1/chat/completions", json.dumps(body), headers)
         resp = conn.getresponse()
         record["status"] = resp.status
@@ -129,7 +134,8 @@ def one_request(parts, index, model, api_key, max_tokens, timeout, context=None)
     except (OSError, http.client.HTTPException, ValueError) as err:
         record["error"] = _scrub("%s: %s" % (type(err).__name__, err), api_key)[:300]
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()
         if record["latency_s"] is None:
             record["latency_s"] = round(time.monotonic() - t0, 4)
     return record
