@@ -490,3 +490,26 @@ def test_fewer_records_than_requests_fail_the_load_step(tmp_path):
 def test_check_url_refuses_what_cannot_be_reached(url):
     with pytest.raises(ValueError):
         loadtest.check_url(url)
+
+
+def test_hostvars_templates_and_decrypts_the_key_from_a_vaulted_inventory(tmp_path, fake_project):
+    """The key is vaulted in group_vars and reached through a template: Ansible in the child Python resolves both with
+    the password file of ANSIBLE_VAULT_PASSWORD_FILE; only names are on its command line."""
+    from ansible.parsing.vault import VaultLib, VaultSecret  # pylint: disable=import-outside-toplevel
+    secret = VaultLib([("default", VaultSecret(b"pw-1234"))]).encrypt(KEY).decode()
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "dspark.yml").write_text(
+        "vaulted_key: !vault |\n" + "".join("  " + line + "\n" for line in secret.splitlines()) +
+        "serve_api_keys: ['{{ vaulted_key }}', second]\ndspark_api_port: 8888\n")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text((fake_project / "inventory.yml").read_text())
+    password = tmp_path / "pass"
+    password.write_text("pw-1234\n")
+    env = {"ANSIBLE_CONFIG": str(fake_project / "ansible.cfg"), "ANSIBLE_VAULT_PASSWORD_FILE": str(password)}
+    values = hostvars.resolve(str(inventory), "ok-head", ["serve_api_keys", "dspark_api_port", "absent"],
+                              str(fake_project), env)
+    assert values == {"serve_api_keys": [KEY, "second"], "dspark_api_port": 8888}
+    env.pop("ANSIBLE_VAULT_PASSWORD_FILE")
+    with pytest.raises(hostvars.HostVarsError) as refused:
+        hostvars.resolve(str(inventory), "ok-head", ["serve_api_keys"], str(fake_project), env)
+    assert KEY not in str(refused.value)
