@@ -191,8 +191,9 @@ class FakeTools:
         if argv[0] == "bundle":
             out = argv[argv.index("--output") + 1]
             answer = {"bundles": [{"group": "real_pair", "path": out + "/real_pair.tar.gz", "bytes": 1234,
-                                   "sections": ["versions"], "redacted": 3}]}
-            return self.bundle_rc, json.dumps(answer) + "\n"
+                                   "sections": [{"name": "versions", "ok": True}], "redacted": {"api_key": 2,
+                                                                                             "token": 1}}]}
+            return self.bundle_rc, json.dumps(answer, indent=1, sort_keys=True) + "\n"
         raise AssertionError(argv)
 
     def adhoc(self, host, command, log_path, timeout=300):
@@ -297,7 +298,9 @@ def test_everything_passes_with_the_bundle_and_kill_rank(tmp_path):
     assert kill["victim"] == "spark-r1" and kill["recovery_s"] > 0
     bundle = [c[1] for c in tools.calls if c[0] == "fleet" and c[1][0] == "bundle"][0]
     assert bundle[-1] == "--json" and bundle[bundle.index("--output") + 1].endswith("/bundle")
-    assert doc["steps"][4]["bundles"][0]["redacted"] == 3
+    assert doc["steps"][4]["bundles"][0]["redacted"] == {"api_key": 2, "token": 1}
+    assert "1234 bytes, 3 redacted" in doc["steps"][4]["summary"]
+    assert "--artifacts" in bundle and bundle[bundle.index("-i") + 1] == "/inv/hosts.yml"
     rows = dict((r["id"], r) for r in doc["numbers"])
     assert rows["recovery_s"]["measured"] == kill["recovery_s"]
 
@@ -513,3 +516,10 @@ def test_hostvars_templates_and_decrypts_the_key_from_a_vaulted_inventory(tmp_pa
     with pytest.raises(hostvars.HostVarsError) as refused:
         hostvars.resolve(str(inventory), "ok-head", ["serve_api_keys"], str(fake_project), env)
     assert KEY not in str(refused.value)
+
+
+@pytest.mark.parametrize("stdout, expected", [
+    ('{\n "bundles": []\n}\n', {"bundles": []}), ('progress\n{"bundles": [1]}\n', {"bundles": [1]}), ("", None),
+    ("not json {", None), ("[1]", None)])
+def test_json_answer_reads_indented_or_one_line_json(stdout, expected):
+    assert acceptance.json_answer(stdout) == expected

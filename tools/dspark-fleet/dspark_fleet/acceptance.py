@@ -311,6 +311,28 @@ def text_of(runs):
         r["summary"]["decode_tokens_per_s"]["p99"]) for r in runs)
 
 
+def json_answer(stdout):
+    """The JSON object a child printed on stdout (indented or on one line), None when there is none."""
+    text = (stdout or "").strip()
+    if "{" not in text:
+        return None
+    try:
+        answer = json.loads(text[text.index("{"):])
+    except ValueError:
+        try:
+            answer = json.loads(text.splitlines()[-1])
+        except ValueError:
+            return None
+    return answer if isinstance(answer, dict) else None
+
+
+def redacted_count(value):
+    """How many values a bundle redacted: a count, or the sum of its counts per kind."""
+    if isinstance(value, dict):
+        return sum(v for v in value.values() if isinstance(v, int))
+    return value
+
+
 def read_json(path):
     try:
         with open(path, encoding="utf-8") as handle:
@@ -530,15 +552,11 @@ class Run:
         if not self.tools.has_subcommand("bundle"):
             return FAILED, MISSING_BUNDLE, {}, {}
         folder = os.path.join(self.out, "bundle")
-        argv = ["bundle", "-i", self.ctx.inventory, "--output", folder, "--json"]
-        for pattern in self.ctx.patterns:
-            argv += ["--groups", pattern]
+        argv = ["bundle"] + self.common() + ["--artifacts", os.path.join(self.out, "bundle-run"), "--output", folder,
+                                             "--json"]
         rc, stdout = self.tools.fleet(argv, log)
-        evidence = {"console": log}
-        try:
-            answer = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else None
-        except ValueError:
-            answer = None
+        evidence = {"console": log, "artifacts": os.path.join(self.out, "bundle-run")}
+        answer = json_answer(stdout)
         if rc == 2 and answer is None:
             return FAILED, "dspark-fleet bundle refused its arguments (rc 2): see %s" % log, evidence, {}
         bundles = (answer or {}).get("bundles") or []
@@ -549,8 +567,8 @@ class Run:
             return FAILED, "dspark-fleet bundle exited %s with %d bundle(s)%s" % (
                 rc, len(bundles), "" if answer else " and no JSON answer"), evidence, extra
         return PASSED, "%d bundle(s): %s" % (len(bundles), ", ".join(
-            "%s (%s bytes, %s redacted)" % (b.get("path"), b.get("bytes"), b.get("redacted")) for b in bundles)), \
-            evidence, extra
+            "%s (%s bytes, %s redacted)" % (b.get("path"), b.get("bytes"), redacted_count(b.get("redacted")))
+            for b in bundles)), evidence, extra
 
     # ---- helpers
     def gpu_flags(self):
