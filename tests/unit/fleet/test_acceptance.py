@@ -76,8 +76,8 @@ def lab_qualify_doc():
             "message": "RoCE not checked: this node is a container (docker): its RDMA devices are the host's"}
     speed = {"check": "link_speed", "subject": "enp1s0f1np1", "verdict": "info", "value": 10000}
     hosts = {"spark-r0": {"rank": 0, "checks": [skip, speed]}, "spark-r1": {"rank": 1, "checks": [skip, speed]}}
-    return {"groups": {"real_pair": {"result": "ok", "qualify": {"verdict": "qualified", "hosts": hosts,
-                                                                   "summary": "40 checks on 2 nodes"}}}}
+    view = {"verdict": "qualified", "hosts": hosts, "summary": "40 checks on 2 nodes"}
+    return {"groups": {"real_pair": {"result": "ok", "qualify": view}}}
 
 
 def hardware_qualify_doc(gbits=(180.0, 97.5)):
@@ -191,8 +191,8 @@ class FakeTools:
         if argv[0] == "bundle":
             out = argv[argv.index("--output") + 1]
             answer = {"bundles": [{"group": "real_pair", "path": out + "/real_pair.tar.gz", "bytes": 1234,
-                                   "sections": [{"name": "versions", "ok": True}], "redacted": {"api_key": 2,
-                                                                                             "token": 1}}]}
+                                   "sections": [{"name": "versions", "ok": True}],
+                                   "redacted": {"api_key": 2, "token": 1}}]}
             return self.bundle_rc, json.dumps(answer, indent=1, sort_keys=True) + "\n"
         raise AssertionError(argv)
 
@@ -420,7 +420,7 @@ def test_load_without_the_key_counts_every_request_failed_and_keeps_no_key(engin
 
 
 def test_load_to_a_closed_port_fails_without_raising():
-    records, _ = loadtest.run("http://127.0.0.1:9", 2, 1, "tiny", api_key=KEY)
+    records = loadtest.run("http://127.0.0.1:9", 2, 1, "tiny", api_key=KEY)[0]
     assert [r["ok"] for r in records] == [False, False] and "Error" in records[0]["error"]
 
 

@@ -37,7 +37,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from . import hostvars, loadtest, locks
+from . import hostvars, loadtest
 
 SCHEMA = "dspark-fleet-acceptance/1"
 PASSED, FAILED, NOT_APPLICABLE, SKIPPED = "passed", "failed", "not applicable", "skipped"
@@ -264,7 +264,7 @@ class Tools:
         self.ctx = ctx
 
     def has_subcommand(self, name):
-        from . import cli  # pylint: disable=import-outside-toplevel  (cli imports this module)
+        from . import cli  # pylint: disable=import-outside-toplevel  # cli imports this module
         return name in cli.COMMANDS
 
     def fleet(self, argv, log_path, timeout=None):
@@ -373,7 +373,7 @@ class Run:
         self.say("acceptance: %s: %s" % (name, TITLES[name]))
         try:
             result, summary, evidence, extra = func()
-        except Exception as exc:  # pylint: disable=broad-except  (a step's crash is its failure, the run goes on)
+        except Exception as exc:  # pylint: disable=broad-except  # a step's crash is its failure, the run goes on
             result, summary, evidence, extra = FAILED, "the step crashed: %s: %s" % (type(exc).__name__, exc), {}, {}
         finished = self.clock()
         record = {"name": name, "title": TITLES[name], "result": result, "summary": summary, "started": started,
@@ -392,8 +392,8 @@ class Run:
     # ---- step 1
     def do_qualify(self):
         folder = os.path.join(self.out, "qualify")
-        rc, _ = self.tools.fleet(["qualify"] + self.common() + ["-e", QUALIFY_FULL, "--artifacts", folder],
-                                 os.path.join(self.out, "qualify.log"))
+        rc = self.tools.fleet(["qualify"] + self.common() + ["-e", QUALIFY_FULL, "--artifacts", folder],
+                              os.path.join(self.out, "qualify.log"))[0]
         doc = read_json(os.path.join(folder, "report.json"))
         self.data["qualify"] = doc
         evidence = {"report": os.path.join(folder, "report.md"), "console": os.path.join(self.out, "qualify.log")}
@@ -419,8 +419,8 @@ class Run:
             return FAILED, summary, evidence, extra
         parts = ["%d group(s) qualified" % len(verdicts)]
         if rows:
-            parts.append("ib_write_bw lowest %.2f Gb/s over %d pair(s)" % (lowest, len(rows)) if lowest is not None
-                         else "ib_write_bw: %d pair(s) without a result" % len(rows))
+            parts.append("ib_write_bw: %d pair(s) without a result" % len(rows) if lowest is None
+                         else "ib_write_bw lowest %s Gb/s over %d pair(s)" % (round(lowest, 2), len(rows)))
         if not_applicable:
             parts.append("not applicable: " + "; ".join(i["what"] for i in not_applicable))
         return PASSED, ", ".join(parts), evidence, extra
@@ -428,8 +428,8 @@ class Run:
     # ---- step 2
     def do_site(self):
         folder = os.path.join(self.out, "site")
-        rc, _ = self.tools.fleet(["reprovision"] + self.common() + ["--artifacts", folder],
-                                 os.path.join(self.out, "site.log"))
+        rc = self.tools.fleet(["reprovision"] + self.common() + ["--artifacts", folder],
+                              os.path.join(self.out, "site.log"))[0]
         doc = read_json(os.path.join(folder, "report.json"))
         evidence = {"report": os.path.join(folder, "report.md"), "console": os.path.join(self.out, "site.log")}
         if doc is None:
@@ -494,8 +494,8 @@ class Run:
                 problems.append("%s: no usable API address (%s): set dspark_mgmt_address and dspark_api_port" % (
                     label, exc))
                 continue
-            self.say("acceptance: load: %d request(s), %d at once, to %s (%s)" % (a.requests, a.concurrency, label,
-                                                                                   url))
+            self.say("acceptance: load: %d request(s), %d at once, to %s (%s)" % (
+                a.requests, a.concurrency, label, url))
             records, wall = self.tools.load(url, a.requests, a.concurrency, model, key, a.max_tokens)
             if len(records) != a.requests:
                 problems.append("%s: %d of %d request(s) came back" % (label, len(records), a.requests))
@@ -531,11 +531,11 @@ class Run:
         argv = ["watch", "-i", self.ctx.inventory, "--plain", "--project-dir", self.ctx.project_dir, "--groups", group,
                 "--once", "--artifacts", folder] + sum((["-e", v] for v in self.args.extra_vars), [])
         argv += ["--state-dir", self.args.state_dir or os.path.join(self.out, "state")]
-        rc, _ = self.tools.fleet(argv, evidence["watch"])
+        rc = self.tools.fleet(argv, evidence["watch"])[0]
         if rc != 0:
             return FAILED, "dspark-fleet watch --once did not bring %s back (rc %s)" % (group, rc), evidence, {}
         label, url, model, key = [t for t in self.targets() if t[0].startswith(group) or t[0].startswith("router")][0]
-        records, _ = self.tools.load(url, 1, 1, model, key, 4)
+        records = self.tools.load(url, 1, 1, model, key, 4)[0]
         recovered = self.clock()
         seconds = round(recovered - killed, 1)
         self.data["recovery_s"] = seconds
@@ -660,7 +660,6 @@ def add_parser(sub, common, int_at_least):
     acc.add_argument("--kill-rank", action="store_true",
                      help="kill the last rank of the first group and time its recovery by watch --once")
     acc.add_argument("--json", action="store_true", help="print acceptance.json on stdout at the end")
-
 
 
 def command(ctx, interrupts, prog, tools=None):  # pylint: disable=unused-argument

@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.client
 import json
 import math
-import ssl
 import threading
 import time
 import urllib.parse
@@ -42,7 +41,7 @@ def check_url(url):
     if parts.username or parts.password:
         raise ValueError("a URL with credentials would be written to the report: pass the key another way")
     try:
-        parts.port  # pylint: disable=pointless-statement  (raises ValueError on a port that is not a number)
+        parts.port  # pylint: disable=pointless-statement  # raises ValueError on a port that is not a number
     except ValueError as exc:
         raise ValueError("%r: %s" % (url, exc)) from None
     return parts
@@ -161,7 +160,7 @@ def run(url, requests, concurrency, model, api_key=None, max_tokens=64, timeout=
                 records.append(record)
 
     started = time.monotonic()
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(concurrency, requests))]
+    threads = [threading.Thread(target=worker, daemon=True) for dummy in range(min(concurrency, requests))]
     for thread in threads:
         thread.start()
     for thread in threads:
