@@ -116,7 +116,8 @@ unit-playbooks: venv
 # ansible-runner (the end-to-end tests and the extra vars' hand-over; the driver's own logic does not depend on the
 # core and is tested once, by `unit`), in a venv of their own. The fleet tests first: they import their own
 # `conftest`, which must be the first one pytest loads under that name.
-NEWEST_FLEET_TESTS := tests/unit/fleet/test_e2e.py tests/unit/fleet/test_runner_extra_vars.py
+# test_acceptance.py: its hostvars.py asks ansible-core's inventory, vault and templating APIs for the load test's key.
+NEWEST_FLEET_TESTS := tests/unit/fleet/test_e2e.py tests/unit/fleet/test_runner_extra_vars.py tests/unit/fleet/test_acceptance.py
 NEWEST_VENV := .venv-newest
 NEWEST_PYTHON ?= $(shell for p in $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HOME)/.pyenv/versions/3.12*/bin/python3 \
 	python3.13 python3.12; do "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && { echo "$$p"; break; }; done)
