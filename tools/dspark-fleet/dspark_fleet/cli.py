@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from . import __version__, fingerprint, inventory, locks, progress, qualify, report, resume, rolling, router_step, runner_exec
 from . import acceptance, metrics, proven, supervisor, trust
 from . import watch
+from . import bundle
 from .orchestrator import Fleet, GroupRun, default_judge
 from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED, OK, RUNNING, SKIPPED, SUCCESS, Scheduler
 
@@ -32,7 +33,8 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 PLAYBOOKS = {"plan": "site.yml", "reprovision": "site.yml", "status": "playbooks/status.yml",
-             "watch": watch.VERIFY, "qualify": "playbooks/qualify.yml", "acceptance": "site.yml"}
+             "watch": watch.VERIFY, "qualify": "playbooks/qualify.yml", "acceptance": "site.yml",
+             "bundle": bundle.PLAYBOOK}
 PREFLIGHT = "playbooks/preflight.yml"
 # JSON, not key=value: `-e key=false` is the string "false", which ansible-core 2.19 refuses as a conditional.
 PREFLIGHT_VARS = '{"preflight_check_reachability": false}'
@@ -151,6 +153,7 @@ def build_parser():
                    epilog="Exit codes: 0 every group qualified, 1 a group not qualified, unreachable, failed or "
                           "not run, 2 bad usage or bad input.")
     acceptance.add_parser(sub, common, _int_at_least)
+    bundle.add_parser(sub, common)
     return parser
 
 
@@ -746,8 +749,12 @@ def cmd_qualify(ctx, interrupts, prog):
     return finish(ctx, entries, qualify.exit_code(entries), summary=qualify.print_summary)
 
 
+def cmd_bundle(ctx, interrupts, prog):
+    return bundle.run(ctx, interrupts, prog)
+
+
 COMMANDS = {"plan": cmd_plan, "reprovision": cmd_reprovision, "status": cmd_status, "watch": cmd_watch,
-            "qualify": cmd_qualify, "acceptance": acceptance.command}
+            "qualify": cmd_qualify, "acceptance": acceptance.command, "bundle": cmd_bundle}
 
 
 def main(argv=None):
