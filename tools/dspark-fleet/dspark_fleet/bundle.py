@@ -43,6 +43,8 @@ DEFAULT_MAX_BYTES = 20 * MIB
 DEFAULT_FILE_BYTES = 4 * MIB
 DEFAULT_LOG_LINES = 500
 PRIVATE = ".bundle"
+# Sections with a file per host: the manifest names their folder.
+FOLDERS = {"fabric": "fabric/", "environment": "env/", "logs": "logs/"}
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -344,8 +346,8 @@ def build_bundle(bun, group, members, raw_files, states, secrets, max_bytes, fil
     sections = []
     for section_name, (state, error, hosts) in states.items():
         file_names = [n for s, n, _, _ in raw_files if s == section_name]
-        entry = bun.section(section_name, file_names[0] if len(file_names) == 1 else
-                            (os.path.dirname(file_names[0]) + "/" if file_names else None),
+        folder = FOLDERS.get(section_name)
+        entry = bun.section(section_name, folder or (file_names[0] if file_names else None),
                             state=state, error=red.redact(error) if error else None,
                             bytes_=sum(sizes.get(section_name, [])), hosts=hosts)
         sections.append(entry)
