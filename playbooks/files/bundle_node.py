@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: contributors to dspark.cluster
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read a serving node's state for the support bundle (playbooks/bundle.yml; issue #43). Reads only, changes nothing.
