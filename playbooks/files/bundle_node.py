@@ -12,7 +12,6 @@ import base64
 import glob
 import hashlib
 import json
-import os
 import platform
 import shutil
 import subprocess
@@ -128,7 +127,7 @@ def container(args):
     env = [e for e in config.get("Env") or [] if e.startswith(ENV_PREFIXES)]
     image_id = info.get("Image")
     digests = []
-    rc, out, _ = run(["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image_id or ""])
+    rc, out, _err = run(["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image_id or ""])
     if rc == 0:
         try:
             digests = json.loads(out) or []

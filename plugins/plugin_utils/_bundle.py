@@ -140,6 +140,21 @@ def _known_regex(secrets):
     return re.compile("|".join(parts))
 
 
+class _Replace:
+    """A pass's replacement that counts its hits; a value redacted already (by an earlier pass) stays, uncounted."""
+
+    def __init__(self, replacement):
+        self.replacement = replacement
+        self.hits = 0
+
+    def __call__(self, match):
+        value = match.groupdict().get("value", match.group(0))
+        if value.strip("[]'\"") == MARK.strip("[]"):
+            return match.group(0)
+        self.hits += 1
+        return self.replacement(match) if callable(self.replacement) else self.replacement
+
+
 class Redactor:
     """redact(text) with the counts of what it replaced, per kind (never the values)."""
 
@@ -160,16 +175,9 @@ class Redactor:
             text, number = self._known.subn(MARK, text)
             self._count(KNOWN, number)
         for kind, regex, replacement in SHAPES:
-            hits = []
-
-            def replace(match, replacement=replacement, hits=hits):
-                value = match.groupdict().get("value", match.group(0))
-                if value.strip("[]'\"") == MARK.strip("[]"):    # redacted already (by an earlier pass)
-                    return match.group(0)
-                hits.append(1)
-                return replacement(match) if callable(replacement) else replacement
+            replace = _Replace(replacement)
             text = regex.sub(replace, text)
-            self._count(kind, len(hits))
+            self._count(kind, replace.hits)
         return text
 
     def redact_data(self, data):

@@ -51,15 +51,16 @@ def node_state(host, rank, dead=False):
 
 
 def status_events(dead_host):
+    worker = {"state": "exited" if dead_host else "running", "exit_code": "137" if dead_host else "0",
+              "restarts": "0", "image": "sha256:x"}
     facts = {
-        "a-head": {"rank": "0", "container": {"state": "running", "exit_code": "0", "restarts": "0",
-                                               "image": "sha256:x"}, "api_models": ["m"]},
-        "a-worker": {"rank": "1", "container": {"state": "exited" if dead_host else "running",
-                                                 "exit_code": "137" if dead_host else "0", "restarts": "0",
-                                                 "image": "sha256:x"}, "api_models": None},
+        "a-head": {"rank": "0", "api_models": ["m"],
+                   "container": {"state": "running", "exit_code": "0", "restarts": "0", "image": "sha256:x"}},
+        "a-worker": {"rank": "1", "api_models": None, "container": worker},
     }
-    events = [{"event": "runner_on_ok", "event_data": {"host": h, "task": "Note this rank's status",
-                                                         "res": {"ansible_facts": {"serve_status": f}}}}
+    events = [{"event": "runner_on_ok",
+               "event_data": {"host": h, "task": "Note this rank's status",
+                              "res": {"ansible_facts": {"serve_status": f}}}}
               for h, f in facts.items()]
     text = ""
     if dead_host:

@@ -305,8 +305,8 @@ def group_files(group, members, nodes, node_errors, status, qualification, route
                                None if qualification else "no qualification report in the state dir", None)
     files.append(("router", "router.json", _dump(router["data"]), False))
     states["router"] = (router["state"], router.get("error"), None)
-    files.append(("supervisor", "supervisor.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n"
-                                                             for r in journal_lines or []), False))
+    journal_text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in journal_lines or [])
+    files.append(("supervisor", "supervisor.jsonl", journal_text, False))
     states["supervisor"] = ("ok" if journal_lines is not None else "absent",
                             None if journal_lines is not None else "no supervisor journal", None)
     del group
