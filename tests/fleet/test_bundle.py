@@ -66,8 +66,7 @@ def restore(group=GROUP):
 def state(tmp_path_factory):
     """A state dir with a qualification report and a supervisor journal of the group (both sections then exist)."""
     path = tmp_path_factory.mktemp("bundle-state")
-    ok, _ = chat(GROUP)
-    if not ok:
+    if not chat(GROUP)[0]:
         restore()
     fleet("qualify", "-i", INVENTORY, "--groups", GROUP, "--plain", "--state-dir", path, timeout=900)
     rc, out = fleet("watch", "-i", INVENTORY, "--groups", GROUP, "--once", "--plain", "--state-dir", path,

@@ -203,7 +203,7 @@ def last_qualification(state_dir, group):
             found.append((os.path.getmtime(path), path))
         except OSError:
             continue
-    for _, path in sorted(found, reverse=True):
+    for _mtime, path in sorted(found, reverse=True):
         try:
             with open(path, encoding="utf-8") as handle:
                 doc = json.load(handle)
@@ -345,7 +345,7 @@ def build_bundle(bun, group, members, raw_files, states, secrets, max_bytes, fil
         sizes.setdefault(section_name, []).append(len(data))
     sections = []
     for section_name, (state, error, hosts) in states.items():
-        file_names = [n for s, n, _, _ in raw_files if s == section_name]
+        file_names = [raw[1] for raw in raw_files if raw[0] == section_name]
         folder = FOLDERS.get(section_name)
         entry = bun.section(section_name, folder or (file_names[0] if file_names else None),
                             state=state, error=red.redact(error) if error else None,
@@ -435,7 +435,7 @@ def run(ctx, interrupts, prog, runner=None):
     extra_secrets = extra_vars_secrets(bun, rules, args.extra_vars)
 
     router, routers = router_view(ctx, interrupts, prog, runner=runner)
-    router_secrets, _ = inventory_secrets(bun, rules, ctx.inv, routers)
+    router_secrets = inventory_secrets(bun, rules, ctx.inv, routers)[0]
     results, code = [], EXIT_OK
     try:
         for group in ctx.groups:
