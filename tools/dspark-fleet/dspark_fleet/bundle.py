@@ -399,7 +399,7 @@ def router_view(ctx, interrupts, prog, runner=None):
     folder = _private_dir(ctx, "_router")
     path = os.path.join(folder, "router.json")
     prog.message("router: %s" % ROUTER_STATUS)
-    got = run_one(ctx, interrupts, "router", ROUTER_STATUS, ",".join(routers), {"router_report_file": path},
+    got = run_one(ctx, interrupts, "_router", ROUTER_STATUS, ",".join(routers), {"router_report_file": path},
                   runner=runner)
     try:
         with open(path, encoding="utf-8") as handle:
