@@ -126,13 +126,15 @@ def container(args):
     config = info.get("Config") or {}
     env = [e for e in config.get("Env") or [] if e.startswith(ENV_PREFIXES)]
     image_id = info.get("Image")
-    digests = []
-    rc, out, _err = run(["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image_id or ""])
+    digests, tags = [], []
+    fmt = '{"d": {{json .RepoDigests}}, "t": {{json .RepoTags}}}'
+    rc, out, _err = run(["docker", "image", "inspect", "--format", fmt, image_id or ""])
     if rc == 0:
         try:
-            digests = json.loads(out) or []
-        except ValueError:
-            digests = []
+            found = json.loads(out)
+            digests, tags = found.get("d") or [], found.get("t") or []
+        except (ValueError, AttributeError):
+            pass
     state = info.get("State") or {}
     vllm = "unknown (the container is not running)"
     if state.get("Running"):
@@ -141,7 +143,7 @@ def container(args):
         lines = (err or out).strip().splitlines()
         vllm = out.strip() if rc == 0 and out.strip() else "unknown (%s)" % (lines[-1] if lines else "rc %s" % rc)
     return {"present": True, "name": name, "image": config.get("Image"), "image_id": image_id,
-            "repo_digests": digests, "vllm": vllm, "env": env,
+            "repo_digests": digests, "repo_tags": tags, "vllm": vllm, "env": env,
             "entrypoint": config.get("Entrypoint"), "command": config.get("Cmd"),
             "state": {k: state.get(k) for k in ("Status", "ExitCode", "OOMKilled", "StartedAt", "FinishedAt")},
             "restarts": info.get("RestartCount"), "compose_file": read(args.get("compose_file") or "/nonexistent")}

@@ -93,6 +93,7 @@ def test_a_serving_groups_bundle_has_every_section_and_no_secret(state, tmp_path
     versions = json.loads(files["versions.json"])
     for host in members:
         assert versions[host]["kernel"] and versions[host]["docker"] and versions[host]["image_id"]
+        assert "dspark-lab/vllm-sim:latest" in versions[host]["repo_tags"], versions[host]
         assert versions[host]["driver"] == "absent"           # no GPU in the lab
         assert versions[host]["vllm"].startswith("unknown")   # the simulator is not vLLM
     fabric = json.loads(files["fabric/spark-b1.json"])

@@ -66,9 +66,9 @@ def status_events(dead_host):
     if dead_host:
         first = {"host": dead_host, "rank": 1, "state": "exited", "label": "exited (137, killed)", "exit_code": "137",
                  "killed": True, "finished": "2026-12-05T00:00:00.000000000"}
-        events.append({"event": "runner_on_ok", "event_data": {"host": "a-head", "task": "Note the rank that failed first",
-                                                               "res": {"ansible_facts": {
-                                                                   "serve_status_first_failure": first}}}})
+        events.append({"event": "runner_on_ok",
+                       "event_data": {"host": "a-head", "task": "Note the rank that failed first",
+                                      "res": {"ansible_facts": {"serve_status_first_failure": first}}}})
         text = "rank 1 on %s failed first: its container exited (137, killed); rank 0 on a-head: lost its peer " \
                "rank 1 (consequence); " % dead_host
         events.append({"event": "runner_on_failed", "event_data": {
@@ -95,7 +95,8 @@ class FakeRunner:
             for rank, host in enumerate(("a-head", "a-worker")):
                 if host == self.skip_host:
                     continue
-                doc = {"host": host, "rc": self.node_rc, "stdout": json.dumps(node_state(host, rank, self.dead == host)),
+                state = node_state(host, rank, self.dead == host)
+                doc = {"host": host, "rc": self.node_rc, "stdout": json.dumps(state),
                        "stderr": "boom" if self.node_rc else "", "msg": "",
                        "secrets": {"serve_api_key": KEY, "serve_extra_env": {"HF_TOKEN": HF}, "db_password": NODE_ONLY}}
                 with open(os.path.join(extra["bundle_private_dir"], host + ".json"), "w", encoding="utf-8") as fh:
@@ -226,7 +227,8 @@ def test_bounds_are_applied_and_recorded(tmp_path, project, monkeypatch, venv_pa
 def test_the_final_sweep_refuses(tmp_path, project, monkeypatch, venv_path, capsys):
     """A secret that redaction missed (here: redaction turned off) is found by the sweep: no bundle, exit 1, the file
     named, never the secret."""
-    from ansible_collections.dspark.cluster.plugins.plugin_utils import _bundle  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _bundle
     monkeypatch.setattr(_bundle.Redactor, "redact", lambda self, text: text)
     code = bundle_cli(tmp_path, project, FakeRunner(), monkeypatch, "--json")
     out, err = capsys.readouterr()

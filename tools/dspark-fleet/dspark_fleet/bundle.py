@@ -268,7 +268,8 @@ def group_files(group, members, nodes, node_errors, status, qualification, route
         out = dict(node.get("versions") or {})
         box = node.get("container") or {}
         out.update({"rank": member["rank"], "image": box.get("image"), "image_id": box.get("image_id"),
-                    "repo_digests": box.get("repo_digests"), "vllm": box.get("vllm"),
+                    "repo_digests": box.get("repo_digests"), "repo_tags": box.get("repo_tags"),
+                    "vllm": box.get("vllm"),
                     "container": (box.get("state") or {}).get("Status") if box.get("present") else "absent"})
         return out
 
