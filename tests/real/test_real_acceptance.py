@@ -9,11 +9,12 @@ Run before test_real_engine.py (its killed-worker and stop tests change the grou
 """
 
 import json
+import tarfile
 import time
 
-from reallab import GROUP, GROUP_VARS, INVENTORY, KEYS, MODEL_NAME, fleet
+from reallab import GROUP, GROUP_VARS, INVENTORY, KEYS, MODEL_NAME, TOKEN_FILE, fleet
 
-from dspark_fleet import acceptance, cli
+from dspark_fleet import acceptance
 
 REQUESTS, CONCURRENCY, MAX_TOKENS = 6, 2, 8
 
@@ -59,14 +60,20 @@ def test_acceptance_on_the_real_pair(tmp_path):
     assert rows["failed_requests"]["verdict"] == acceptance.PASS
     assert doc["hardware"]["gpu"] is False and doc["hardware"]["rdma"] is False
 
-    # The bundle: its step fails, named, as long as this dspark-fleet has no bundle subcommand.
-    if "bundle" in cli.COMMANDS:
-        assert steps["bundle"]["result"] == acceptance.PASSED, steps["bundle"]
-        assert rc == doc["exit_code"] == 0
-    else:
-        assert steps["bundle"]["result"] == acceptance.FAILED
-        assert steps["bundle"]["summary"] == acceptance.MISSING_BUNDLE
-        assert rc == doc["exit_code"] == 1
+    # The bundle: written, every section there, and no secret of the lab inventory in any of its files.
+    assert steps["bundle"]["result"] == acceptance.PASSED, steps["bundle"]
+    assert rc == doc["exit_code"] == 0
+    bundles = steps["bundle"]["bundles"]
+    assert [b["group"] for b in bundles] == [GROUP], bundles
+    # The lab's Hugging Face token too (inventories/lab-real reads it as checkpoint_hf_token).
+    secrets = list(KEYS) + [TOKEN_FILE.read_text().strip()]
+    with tarfile.open(bundles[0]["path"]) as tar:
+        members = [m for m in tar.getmembers() if m.isfile()]
+        names = [m.name for m in members]
+        assert any(n.endswith("manifest.json") for n in names) and any(n.endswith("status.json") for n in names), names
+        leaked = [m.name for m in members for secret in secrets
+                  if secret.encode() in tar.extractfile(m).read()]
+    assert not leaked, leaked
 
     # No key in the report, the Markdown, the records or any step's log.
     texts = [p.read_text(errors="replace") for p in out.rglob("*") if p.is_file() and p.suffix in (
