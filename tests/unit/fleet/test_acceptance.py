@@ -38,10 +38,13 @@ def test_percentile_refuses_a_fraction_outside_0_1():
         loadtest.percentile([1, 2], 0)
 
 
-@pytest.mark.parametrize("tokens, ttft, latency, rate", [
-    (11, 1.0, 3.0, 5.0), (1, 0.5, 1.0, None), (None, 0.5, 1.0, None), (5, 2.0, 2.0, None), (5, None, 2.0, None)])
-def test_decode_rate_counts_the_tokens_after_the_first(tokens, ttft, latency, rate):
-    assert loadtest.decode_rate(tokens, ttft, latency) == rate
+@pytest.mark.parametrize("tokens, ttft, last, rate", [
+    (11, 1.0, 3.0, 5.0), (1, 0.5, 1.0, None), (None, 0.5, 1.0, None), (5, 2.0, 2.0, None), (5, None, 2.0, None),
+    (5, 2.0, None, None),
+    (8, 0.1763, 0.17637, None),   # the rest of the stream in one read: the network's rate, not the engine's
+    (8, 0.1763, 0.2763, 70.0)])
+def test_decode_rate_counts_the_tokens_after_the_first(tokens, ttft, last, rate):
+    assert loadtest.decode_rate(tokens, ttft, last) == rate
 
 
 def expectation(key):
