@@ -18,7 +18,7 @@ import sys
 import time
 
 from bench_controller_cost import children_cpu, mux_cpu
-from benchlib import busy_core_seconds, recap as read_recap, stamp, write_result
+from benchlib import busy_core_seconds, recap as read_recap, stamp, write_baseline, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "site_noop.json"
@@ -65,14 +65,8 @@ def measure():
 
 def main():
     numbers = measure()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=CHECKOUT, capture_output=True, text=True,
-                            check=False).stdout.strip()
     if CHECKOUT != ROOT:
-        result = json.loads(RESULT.read_text(encoding="utf-8")) if RESULT.is_file() else {}
-        result["baseline"] = dict(numbers, git_commit=commit, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        RESULT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        print(json.dumps(result["baseline"], indent=2))
-        return 0
+        return write_baseline(RESULT, numbers, CHECKOUT)
     earlier = json.loads(RESULT.read_text(encoding="utf-8")) if RESULT.is_file() else {}
     result = {"benchmark": "site.yml no-op re-run on the converged lab pair (SIMULATED nodes)", **stamp(),
               "runs": RUNS, **numbers, "host_tasks_per_node_max": max(numbers["host_tasks"].values()),

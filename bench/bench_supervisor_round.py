@@ -31,7 +31,7 @@ import tempfile
 import time
 
 from bench_controller_cost import children_cpu, mux_cpu
-from benchlib import busy_core_seconds, stamp, write_result
+from benchlib import busy_core_seconds, stamp, write_baseline, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "supervisor_round.json"
@@ -106,14 +106,8 @@ def measure():
 
 def main():
     numbers = measure()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=CHECKOUT, capture_output=True, text=True,
-                            check=False).stdout.strip()
     if CHECKOUT != ROOT:
-        result = json.loads(RESULT.read_text(encoding="utf-8")) if RESULT.is_file() else {}
-        result["baseline"] = dict(numbers, git_commit=commit, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        RESULT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        print(json.dumps(result["baseline"], indent=2))
-        return 0
+        return write_baseline(RESULT, numbers, CHECKOUT)
     earlier = json.loads(RESULT.read_text(encoding="utf-8")) if RESULT.is_file() else {}
     result = {"benchmark": "dspark-fleet watch --once, every group serving, on the fleet lab (SIMULATED nodes)",
               **stamp(), "runs": RUNS, **numbers, "goal": GOAL}

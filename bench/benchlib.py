@@ -71,6 +71,17 @@ def recap(stdout):
     return {m.group(1): dict(zip(RECAP_FIELDS, (int(g) for g in m.groups()[1:]))) for m in RECAP.finditer(stdout)}
 
 
+def write_baseline(path, numbers, checkout):
+    """BENCH_CHECKOUT=<another checkout>: its numbers become the result's `baseline` (the rest of the result kept)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True,
+                            check=False).stdout.strip()
+    result = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    result["baseline"] = dict(numbers, git_commit=commit, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result["baseline"], indent=2))
+    return 0
+
+
 def write_result(path, result):
     """Write the result to bench/results, print it, and return the exit code (0 when its goal was met)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -49,6 +49,16 @@ def playbook(name, *args, inventory=INVENTORY, timeout=1800):
                timeout=timeout)
 
 
+def restore(group):
+    """The group serving again (playbooks/serve.yml) and, when it left the router's rotation (a supervisor's drain), back
+    in it."""
+    rc, out = playbook("playbooks/serve.yml", "--limit", group)
+    assert rc == 0, out[-3000:]
+    if not routerlab.router_servers().get(group, {}).get("in_rotation"):
+        run = routerlab.playbook("router_enable.yml", "-e", "router_target_group=" + group)
+        assert run.rc == 0, run.tail()
+
+
 def report(path):
     return json.loads(pathlib.Path(path).read_text())
 

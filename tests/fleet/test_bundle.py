@@ -14,9 +14,7 @@ import time
 import pytest
 import yaml
 
-import routerlab
-
-from fleetlab import FLEET, GROUPS, INVENTORY, chat, fleet, kill_rank, playbook, rank_state, wait_for
+from fleetlab import FLEET, GROUPS, INVENTORY, chat, fleet, kill_rank, rank_state, restore, wait_for
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _bundle
 from ansible_collections.dspark.cluster.plugins.plugin_utils._role_rules import is_secret
@@ -53,21 +51,12 @@ def files_of(path):
         return dict((m.name.split("/", 1)[1], tar.extractfile(m).read()) for m in tar.getmembers() if m.isfile())
 
 
-def restore(group=GROUP):
-    """Serving again and, when it left the router's rotation, back in it."""
-    rc, out = playbook("playbooks/serve.yml", "--limit", group)
-    assert rc == 0, out[-3000:]
-    if not routerlab.router_servers().get(group, {}).get("in_rotation"):
-        run = routerlab.playbook("router_enable.yml", "-e", "router_target_group=" + group)
-        assert run.rc == 0, run.tail()
-
-
 @pytest.fixture(scope="module")
 def state(tmp_path_factory):
     """A state dir with a qualification report and a supervisor journal of the group (both sections then exist)."""
     path = tmp_path_factory.mktemp("bundle-state")
     if not chat(GROUP)[0]:
-        restore()
+        restore(GROUP)
     fleet("qualify", "-i", INVENTORY, "--groups", GROUP, "--plain", "--state-dir", path, timeout=900)
     rc, out = fleet("watch", "-i", INVENTORY, "--groups", GROUP, "--once", "--plain", "--state-dir", path,
                     "--artifacts", path / "watch", timeout=900)
@@ -140,6 +129,6 @@ def test_a_killed_ranks_bundle_names_it_first(state, tmp_path):
         assert "logs/rank1-%s.log" % WORKER in files                   # the dead rank's log is there
         assert _bundle.sweep(files, lab_secrets()) == []
     finally:
-        restore()
+        restore(GROUP)
     ok, text = chat(GROUP)
     assert ok, text

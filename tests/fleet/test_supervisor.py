@@ -13,8 +13,8 @@ import pytest
 
 import routerlab
 
-from fleetlab import (GROUPS, INVENTORY, chat, container_id, faulty_inventory, fleet, journal, kill_rank, node, playbook,
-                      rank_state, start_fleet, wait_for)
+from fleetlab import (GROUPS, INVENTORY, chat, container_id, faulty_inventory, fleet, journal, kill_rank, node,
+                      rank_state, restore, start_fleet, wait_for)
 
 GROUP = "pair_b"
 WORKER = "spark-b1"
@@ -32,15 +32,6 @@ def watch(state, *args, inventory=INVENTORY, timeout=1500):
                  "--artifacts", state / ("watch-%d" % time.time_ns()), *args, timeout=timeout)
 
 
-def restore(group=GROUP):
-    """Serving again and, when the supervisor left it drained at the router, back in rotation."""
-    rc, out = playbook("playbooks/serve.yml", "--limit", group)
-    assert rc == 0, out[-3000:]
-    if not routerlab.router_servers().get(group, {}).get("in_rotation"):
-        run = routerlab.playbook("router_enable.yml", "-e", "router_target_group=" + group)
-        assert run.rc == 0, run.tail()
-
-
 def in_rotation(group=GROUP):
     return routerlab.router_servers().get(group, {}).get("in_rotation")
 
@@ -52,7 +43,7 @@ def actions(state, group=GROUP):
 def test_a_killed_worker_rank_is_restored_by_watch(state):
     ok, text = chat(GROUP)
     if not ok:
-        restore()
+        restore(GROUP)
     rc, out = kill_rank(WORKER)
     assert rc == 0, out
     died = time.monotonic()
@@ -86,7 +77,7 @@ def test_a_group_that_wedges_while_it_serves_is_restarted_as_a_unit(state):
     restarts it as one unit (every rank's container new) and puts it back."""
     env = node(GROUPS[GROUP][0], "docker inspect --format '{{json .Config.Env}}' dspark-vllm")[1]
     if not chat(GROUP)[0] or "DSPARK_SIM_WEDGE_FILE=/tmp/dspark-sim-wedge" not in env:
-        restore()                                                       # serving, with the lab's wedge file
+        restore(GROUP)                                                       # serving, with the lab's wedge file
     before = {host: container_id(host) for host in GROUPS[GROUP]}
     rc, out, err = node(GROUPS[GROUP][0], "docker exec dspark-vllm touch /tmp/dspark-sim-wedge")
     assert rc == 0, out + err
@@ -132,7 +123,7 @@ def test_a_rank_that_crashes_on_every_start_stops_at_the_cap(state, tmp_path):
                         "--artifacts", state / "status")
         assert "Supervisor journal" in out and "FAILED: 1 restart(s)" in out, out[-3000:]
     finally:
-        restore()
+        restore(GROUP)
 
 
 @pytest.mark.lab_extended  # CI time: docs/design-lab.md
