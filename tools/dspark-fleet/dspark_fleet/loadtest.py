@@ -111,22 +111,21 @@ def one_request(parts, index, model, api_key, max_tokens, timeout, context=None)
             raw = resp.read(2000).decode("utf-8", "replace")
             record["error"] = "HTTP %d: %s" % (resp.status, _scrub(raw, api_key)[:200])
         else:
-            lines, chunks, last = [], 0, None
+            lines, last = [], None
             while True:
                 line = resp.readline()
                 if not line:
                     break
                 lines.append(line)
-                if record["ttft_s"] is None and line.startswith(b"data: ") and b'"content"' in line:
+                if line.startswith(b"data: ") and b'"content"' in line:
                     try:
                         pieces = parse_stream([line])[0]
                     except ValueError:
                         pieces = []
-                    if pieces:
-                        record["ttft_s"] = round(time.monotonic() - t0, 4)
-                if line.startswith(b"data: ") and b'"content"' in line:
-                    chunks += 1
-                    last = time.monotonic() - t0
+                    if pieces:   # the first and the last chunk with content
+                        last = round(time.monotonic() - t0, 4)
+                        if record["ttft_s"] is None:
+                            record["ttft_s"] = last
             latency = time.monotonic() - t0
             pieces, finish, done, usage = parse_stream(lines)
             record["finish_reason"] = finish
