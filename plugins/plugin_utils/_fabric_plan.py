@@ -25,7 +25,8 @@ MTU_MIN, MTU_MAX = 1500, 9216
 # The role's inputs (keys of _fabric_plan_inputs) that come from the inventory: preflight builds the same inputs.
 INPUT_VARS = {"interface": "dspark_fabric_interface", "hca": "dspark_fabric_hca", "address": "dspark_fabric_address",
               "cidr": "dspark_fabric_cidr", "mtu": "dspark_fabric_mtu", "secondary_interface": "fabric_secondary_interface",
-              "secondary_cidr": "fabric_secondary_cidr", "secondary_address": "fabric_secondary_address"}
+              "secondary_cidr": "fabric_secondary_cidr", "secondary_address": "fabric_secondary_address",
+              "bandwidth_extra_args": "fabric_bandwidth_extra_args"}
 # The head receives each worker's test on the worker's port + this offset.
 HEAD_PORT_OFFSET = 100
 
@@ -210,6 +211,13 @@ def node_findings(inputs):
     elif not isinstance(hca, str) or not HCA_RE.match(hca):
         out.append((host, "dspark_fabric_hca", hca, "is not in NCCL_IB_HCA syntax",
                     "write one string of device[:port] names separated by commas, e.g. rocep1s0f1 or =rocep1s0f1,roceP2p1s0f1"))
+    extra = inputs.get("bandwidth_extra_args")
+    for arg in extra if isinstance(extra, list) else []:
+        # ib_write_bw gets each item as one argv entry: "--tclass 106" would be one unknown option.
+        if isinstance(arg, str) and (not arg.strip() or len(arg.split()) > 1):
+            out.append((host, "fabric_bandwidth_extra_args", extra, "has the item %r, which is not one argument" % arg,
+                        "write one list item per argument, e.g. [--tclass, \"106\"] or [--tclass=106]"))
+            break
     second = inputs.get("secondary_interface") or ""
     if not second:
         return out

@@ -82,6 +82,14 @@ def test_client_other_failure_is_not_retried(capsys, fake):
     assert out["msg"].startswith("ib_write_bw client on rocep1s0f1 exit 1 without a result")
 
 
+def test_extra_arguments_go_before_the_server_address(capsys, fake):
+    fake["answers"] = [(0, RESULT), (0, RESULT)]
+    rc, out = run(capsys, dict(CLIENT, extra_args=["--qp-timeout", "20"]))
+    assert rc == 0 and out["cmd"][-3:] == ["--qp-timeout", "20", "192.168.100.2"]
+    rc, out = run(capsys, {"device": "rocep1s0f1", "gid_index": 3, "extra_args": ["--tclass=106"]})
+    assert rc == 0 and out["mode"] == "server" and out["cmd"][-3:] == ["-p", "18515", "--tclass=106"]
+
+
 def test_server_reports_and_times_out(capsys, fake):
     fake["answers"] = [(0, RESULT)]
     rc, out = run(capsys, {"device": "rocep1s0f1", "gid_index": 3, "tcp_port": 18600, "timeout": 90})

@@ -29,6 +29,7 @@ def inputs(host="head", addresses=None, **overrides):
         "network_backend": "auto", "netplan_renderer": "NetworkManager", "ring_rx": 8192, "ring_tx": 8192,
         "sysctls": {"net.core.rmem_max": 268435456, "net.ipv4.tcp_rmem": "4096 131072 268435456"},
         "bandwidth_port": 18515, "bandwidth_duration": 5, "bandwidth_min_gbits": 80, "bandwidth_on_low": "warn",
+        "bandwidth_extra_args": [],
     }
     values.update(overrides)
     values["model"] = overrides.get("model") or model(host, addresses, group=values["group"] or "g")
@@ -140,6 +141,13 @@ SECOND_W = "worker: fabric_secondary_%s"
     ({"secondary_interface": "enp2", "secondary_cidr": "10.0.0.0/30", "secondary_address": "10.0.0.3"},
      [SECOND % "address='10.0.0.3' is not a usable address of fabric_secondary_cidr (10.0.0.0/30). Fix: choose an address inside it"]),
     ({"secondary_interface": "enp2", "secondary_cidr": "10.0.0.0/30", "secondary_address": "10.0.0.2", "host": "worker"}, []),
+    ({"bandwidth_extra_args": ["--tclass", "106", "--qp-timeout=20"]}, []),
+    ({"bandwidth_extra_args": ["--tclass 106"]},
+     ["head: fabric_bandwidth_extra_args=['--tclass 106'] has the item '--tclass 106', which is not one argument. Fix: write one"
+      " list item per argument, e.g. [--tclass, \"106\"] or [--tclass=106]"]),
+    ({"bandwidth_extra_args": ["-q", " "]},
+     ["head: fabric_bandwidth_extra_args=['-q', ' '] has the item ' ', which is not one argument. Fix: write one"
+      " list item per argument, e.g. [--tclass, \"106\"] or [--tclass=106]"]),
 ])
 def test_input_problems(overrides, problems):
     host = overrides.pop("host", None)

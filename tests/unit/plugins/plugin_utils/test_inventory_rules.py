@@ -97,6 +97,8 @@ def test_valid_pair_has_no_findings():
      "too small for host number 2"),
     ({"head__fabric_secondary_interface": "enp2", "head__fabric_secondary_cidr": "10.0.0.0/30",
       "head__fabric_secondary_address": "10.0.0.3"}, "head", "fabric_secondary_address", "is not a usable address"),
+    ({"worker__fabric_bandwidth_extra_args": ["--tclass 106"]}, "worker", "fabric_bandwidth_extra_args",
+     "has the item '--tclass 106', which is not one argument"),
     ({"worker__dspark_group": None}, "worker", "dspark_group", "is not set"),
     ({"worker__dspark_group": "pair_z"}, "worker", "dspark_group", "names no inventory group"),
 ])
