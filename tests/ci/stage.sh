@@ -59,6 +59,21 @@ failures=$(tail -n +2 "$log" | awk '
     if (c ~ /^(FAILED|ERROR) |^E  |^[^ ]+::[^ ]+ (FAILED|ERROR)/) print
   }
   END { flush() }' | tail -n 60)
+# The first Ansible failure that was not ignored, with up to 12 lines of its result: later failures are often its
+# consequences (the group gate stops the peer), which push it out of the last 12 lines.
+first=$(tail -n +2 "$log" | awk '
+  {
+    c = $0
+    if (match(c, /^ *[0-9]+ /)) c = substr(c, RLENGTH + 1)
+    if (open) {
+      if (c ~ /^[ \t]+[^ \t]/) { if (kept < 12) { buf = buf $0 "\n"; kept++ }; next }
+      if (c ~ /^\.\.\.ignoring/) { open = 0; buf = ""; next }
+      printf "%s", buf; open = 0; exit
+    }
+    if (c ~ /^TASK \[/) { task = $0; next }
+    if (c ~ /(fatal|failed): \[|FAILED! =>|UNREACHABLE!/) { buf = (task != "" ? task "\n" : "") $0 "\n"; open = 1; kept = 0 }
+  }
+  END { if (open) printf "%s", buf }')
 report=$(
   printf '%-26s FAIL  %5d s  (exit %d), whole output in %s\n' "$name" "$secs" "$rc" "$log"
   if [ -n "$failures" ]; then
@@ -72,5 +87,10 @@ printf '%s\n' "$report"
 {
   printf '%s failed (exit %d) after %d s, in %s:\n' "$name" "$rc" "$secs" "$log"
   if [ -n "$failures" ]; then printf '%s\n' "$failures"; else tail -n 5 "$log"; fi | tail -n 12 | cut -c1-300 | sed 's/^/  ! /'
+  # Last, where a service that keeps only the end of the output still shows it.
+  if [ -n "$first" ]; then
+    echo "  its first failure:"
+    printf '%s\n' "$first" | cut -c1-300 | sed 's/^/  ! /'
+  fi
 } >"$logs/$name.why"
 exit "$rc"

@@ -88,7 +88,42 @@ def test_a_failed_task_is_named_with_its_task_and_result_and_ignored_failures_ar
     # The same, headed by the stage, in molecule-vmlab.why for tests/ci/lanes.sh to print last.
     why = (tmp_path / "logs" / "molecule-vmlab.why").read_text().splitlines()
     assert re.fullmatch(r"molecule-vmlab failed \(exit 4\) after \d+ s, in .*/molecule-vmlab\.log:", why[0])
-    assert [re.sub(r"^  ! +\d+ ", "", line) for line in why[1:]] == said
+    assert [re.sub(r"^  ! +\d+ ", "", line) for line in why[1:5]] == said
+    # The first failure again, last: here it is the only one.
+    assert why[5] == "  its first failure:" and [re.sub(r"^  ! +\d+ ", "", line) for line in why[6:]] == said
+
+
+# Session 26's landing CI: the head's fabric check failed with a long result, then the group gate stopped the worker
+# with one of its own; the last 12 failure lines held only the worker's, the head's cause was lost.
+CAUSE = r"""
+echo 'TASK [dspark.cluster.fabric : Check the fabric result] ***'
+echo 'fatal: [spark-head]: FAILED! =>'
+echo '    assertion: fabric_check_result.ok'
+echo '    changed: false'
+echo '    evaluated_to: false'
+echo '    msg: |-'
+echo '        spark-head: the fabric check failed. ib_write_bw spark-head -> spark-worker failed:'
+echo '        Failed status 12: wr_id 0 syndrom 0x81'
+echo 'TASK [dspark.cluster.preflight : Stop this node when a member of its group failed earlier] ***'
+echo 'fatal: [spark-worker]: FAILED! =>'
+for i in $(seq 1 4); do echo "    msg: line $i of the gate"; done
+echo 'PLAY RECAP ***'
+for i in $(seq 1 8); do echo "ERROR    molecule line $i"; done
+exit 2
+"""
+
+
+def test_the_first_failure_ends_the_why_file_whole_when_later_ones_fill_the_last_lines(tmp_path):
+    script = tmp_path / "converge.sh"
+    script.write_text(CAUSE)
+    assert stage(tmp_path, "molecule-vmlab", "bash %s" % script).returncode == 2
+    why = [re.sub(r"^  ! +\d+ ", "", line) for line in (tmp_path / "logs" / "molecule-vmlab.why").read_text().splitlines()]
+    assert "spark-head" not in "".join(why[1:13])
+    assert why[13] == "  its first failure:"
+    assert why[14:] == ["TASK [dspark.cluster.fabric : Check the fabric result] ***", "fatal: [spark-head]: FAILED! =>",
+                        "    assertion: fabric_check_result.ok", "    changed: false", "    evaluated_to: false", "    msg: |-",
+                        "        spark-head: the fabric check failed. ib_write_bw spark-head -> spark-worker failed:",
+                        "        Failed status 12: wr_id 0 syndrom 0x81"]
 
 
 def test_without_failure_lines_the_why_file_holds_the_last_lines_and_a_pass_removes_it(tmp_path):
