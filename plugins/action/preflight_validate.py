@@ -7,6 +7,8 @@ _role_rules (every role's own input rules; the router's for the hosts of group d
 
 from __future__ import annotations
 
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
@@ -27,6 +29,17 @@ ARGUMENT_SPEC = {
     "require_image_digest": {"type": "bool", "default": False},
     "require_pinned_revision": {"type": "bool", "default": False},
 }
+
+
+def lenient_args(task_args):
+    """The arguments with each one that does not convert replaced by its default: the role passes preflight_ variables,
+    and a wrong type among them is reported by the variable's name with every other argument spec problem."""
+    args = {}
+    for name, spec in ARGUMENT_SPEC.items():
+        given = {name: task_args[name]} if name in task_args else {}
+        checked = ArgumentSpecValidator({name: spec}).validate(given)
+        args[name] = spec.get("default") if checked.error_messages else checked.validated_parameters.get(name)
+    return args
 
 
 def _first_line(error):
@@ -91,7 +104,11 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
-        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        try:
+            dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+            wrong_args = None
+        except AnsibleActionFail as error:
+            args, wrong_args = lenient_args(self._task.args), error
         play_hosts = args["play_hosts"] or list(task_vars.get("ansible_play_hosts_all") or [])
         groups = task_vars.get("groups") or {}
         hostvars = task_vars.get("hostvars") or {}
@@ -139,6 +156,8 @@ class ActionModule(ActionBase):
                   if isinstance(value, _plan_vars.TemplateFailure)]
         errors = _plan_vars.without_lines_about(findings.errors, failed)
         errors += _plan_vars.place(problems, groups, serving=set(summary), extra_vars=extra_var_names(self._loader))
+        if wrong_args is not None and not any(str(problem[1]).startswith("preflight_") for problem in problems):
+            raise wrong_args  # an argument given literally, not through a preflight_ variable
 
         result.update(changed=False, groups=summary, errors=errors)
         if findings.warnings:

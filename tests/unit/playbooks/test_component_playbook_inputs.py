@@ -3,7 +3,7 @@
 The collection's playbooks import their roles with `rolespec_validate: false` (issue #40: one task per role and node
 less); each role's first task, dspark.cluster.role_inputs, then checks this host's variables against the argument specs
 as preflight does (types, choices, typos) and runs the role's own rules. These cases run the real playbooks/fabric.yml
-and playbooks/checkpoint.yml against the bad-inputs pair (nodes that do not exist: the check runs on the controller).
+and playbooks/checkpoint.yml (and preflight's own variables through playbooks/qualify.yml) against the bad-inputs pair (nodes that do not exist: the check runs on the controller).
 """
 
 import os
@@ -19,6 +19,9 @@ CASES = [
     ("fabric.yml", '{"fabric_ping_cout": 3}', "fabric_ping_cout=3 is not a variable of this collection (did you mean "
      "fabric_ping_count?)", "Check the fabric inputs"),
     ("checkpoint.yml", '{"checkpoint_source_rank": [1]}', "checkpoint_source_rank=[1] is", "Check the checkpoint inputs"),
+    # Preflight has no argument check of its own either: its validation names its own variables.
+    ("qualify.yml", '{"preflight_mtu_min": "abc"}', "preflight_mtu_min='abc' is not an integer",
+     "Validate the serving groups"),
 ]
 
 

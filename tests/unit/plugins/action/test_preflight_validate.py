@@ -201,3 +201,20 @@ def test_a_variable_that_failed_to_template_is_shown_as_written():
     assert raw_value({"h": {"x": "{{ y }}"}}, "h", "x") == "{{ y }}"
     assert raw_value({}, "h", "x") is None
     assert raw_value(FakeHostVars({"h": {"x": "{{ y }}"}}), "h", "x") == "{{ y }}"
+
+
+def test_a_wrong_preflight_variable_is_named_as_such_and_its_default_stands_in():
+    # The role passes mtu_min="{{ preflight_mtu_min }}": the variable's name, not the argument's, is the message.
+    action, dummy = make_action({"mtu_min": "abc"})
+    tv = task_vars()
+    for values in tv["hostvars"].values():
+        values["preflight_mtu_min"] = "abc"
+    result = action.run(task_vars=tv)
+    assert result["failed"] is True
+    assert len(result["errors"]) == 1 and "preflight_mtu_min='abc' is not an integer" in result["errors"][0], result["errors"]
+
+
+def test_a_wrong_argument_given_literally_still_fails_on_the_argument():
+    action, dummy = make_action({"mtu_min": "abc"})
+    with pytest.raises(Exception, match="mtu_min"):
+        action.run(task_vars=task_vars())
