@@ -1,9 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to dspark.cluster
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What keeps one rank from starting on its checkpoint (the serve role's checkpoint guard, issues #13 and #26).
+"""What keeps one rank from starting: the serving image, then its checkpoint (the serve role's guard, issues #13 and #26).
 
-From this node's serve_node_info read (``node``: snapshot_isdir, cache_mount, stamp, recheck) and the group's facts:
+The serving image absent from a running Docker engine is its own problem; the group refuses as for a checkpoint (a rank
+that cannot start would leave the others half-started).
+From this node's serve_node_info read (``node``: docker, image, snapshot_isdir, cache_mount, stamp, recheck) and the
+group's facts:
 the NFS mount at the cache path (the export's peers), the model directory, the checkpoint role's verified stamp (this
 model and revision, the source's manifest) and the record of the verified files (size, mtime, ctime, inode). At most
 one problem per kind, in that order; a missing mount or directory hides the stamp's and the record's problems (they
@@ -65,10 +68,18 @@ def _recheck_problem(facts, stamp, recheck):
 def problems(node, facts, source_node=None):
     """Lines naming what keeps this rank from starting (empty: nothing).
 
-    facts: host, group, model, revision, require_stamp, nfs_client, nfs_server, cache_path, snapshot_dir, stamp_path,
+    facts: host, group, image (serve_image), model, revision, require_stamp, nfs_client, nfs_server, cache_path, snapshot_dir, stamp_path,
     source (the checkpoint's source host); source_node: the source's own serve_node_info read (its stamp), if any.
     """
     node = node or {}
+    image = [] if not node.get("docker") or (node.get("image") or {}).get("id") else [
+        "%s: serve_image=%s is not present on this node (%s); nothing was started. Fix: run the docker_runtime role "
+        "(site.yml or playbooks/docker_runtime.yml) to pull or load it" % (
+            facts["host"], facts.get("image", "?"), str((node.get("image") or {}).get("reason") or "no such image").strip())]
+    return image + _checkpoint_problems(node, facts, source_node)
+
+
+def _checkpoint_problems(node, facts, source_node):
     found = _mount_problem(facts, node)
     if not node.get("snapshot_isdir") and not found:
         found.append("%s: the model directory %s (%s@%s) is absent in dspark_hf_cache. %s" % (

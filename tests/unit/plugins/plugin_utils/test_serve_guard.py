@@ -103,3 +103,18 @@ def test_no_record_read_is_no_problem():
                                            ("0123456789abcdefgh", "0123456789ab")])
 def test_short_digests_as_jinja_truncate_with_its_leeway(digest, shown):
     assert _serve_guard.short(digest) == shown
+
+
+def test_an_absent_image_comes_first_and_the_checkpoint_is_still_judged():
+    read = node(docker=True, image={"id": "", "reason": "No such image: x "}, stamp={})
+    found = _serve_guard.problems(read, facts(image="ghcr.io/anemll/dspark-vllm-gx10@sha256:" + DIGEST))
+    assert len(found) == 2, found
+    assert found[0] == ("a-head: serve_image=ghcr.io/anemll/dspark-vllm-gx10@sha256:%s is not present on this node (No such "
+                        "image: x); nothing was started. Fix: run the docker_runtime role (site.yml or "
+                        "playbooks/docker_runtime.yml) to pull or load it" % DIGEST)
+    assert found[1].startswith("a-head: no verified stamp at")
+
+
+@pytest.mark.parametrize("read", [{"docker": True, "image": {"id": "sha256:" + DIGEST}}, {"docker": False, "image": {}}, {}])
+def test_the_image_is_judged_only_where_docker_answered(read):
+    assert _serve_guard.problems(node(**read), facts(), {"stamp": STAMP}) == []
