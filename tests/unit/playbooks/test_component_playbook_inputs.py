@@ -3,7 +3,8 @@
 The collection's playbooks import their roles with `rolespec_validate: false` (issue #40: one task per role and node
 less); each role's first task, dspark.cluster.role_inputs, then checks this host's variables against the argument specs
 as preflight does (types, choices, typos) and runs the role's own rules. These cases run the real playbooks/fabric.yml
-and playbooks/checkpoint.yml (and preflight's own variables through playbooks/qualify.yml) against the bad-inputs pair (nodes that do not exist: the check runs on the controller).
+and playbooks/checkpoint.yml (and preflight's own variables through playbooks/qualify.yml) against the bad-inputs pair
+(nodes that do not exist: the check runs on the controller).
 """
 
 import os
