@@ -78,6 +78,10 @@ def test_acceptance_on_the_real_pair(tmp_path):
     assert {"versions", "fabric", "status", "router"} <= set(sections), sorted(sections)
     failed = sorted(name for name, section in sections.items() if not section["ok"])
     assert failed in ([], ["router"]), [sections[name] for name in failed]
+    # The bundle carries this run's full qualification (step 1's own report, passed with --qualification).
+    qualification = json.loads(files["qualify.json"])
+    assert qualification["report"] == str(out / "qualify" / "report.json"), qualification.get("report")
+    assert qualification["qualify"]["verdict"] == "qualified" and sections["qualification"]["state"] == "ok"
     if failed:
         assert "HAProxy" in sections["router"]["error"], sections["router"]
         assert steps["bundle"]["result"] == acceptance.FAILED and rc == doc["exit_code"] == 1, steps["bundle"]

@@ -304,6 +304,8 @@ def test_everything_passes_with_the_bundle_and_kill_rank(tmp_path):
     assert doc["steps"][4]["bundles"][0]["redacted"] == {"api_key": 2, "token": 1}
     assert "1234 bytes, 3 redacted" in doc["steps"][4]["summary"]
     assert "--artifacts" in bundle and bundle[bundle.index("-i") + 1] == "/inv/hosts.yml"
+    # The bundle carries step 1's full qualification (acceptance's own report, outside the state dir).
+    assert bundle[bundle.index("--qualification") + 1] == os.path.join(ctx.artifacts, "qualify", "report.json")
     rows = dict((r["id"], r) for r in doc["numbers"])
     assert rows["recovery_s"]["measured"] == kill["recovery_s"]
 

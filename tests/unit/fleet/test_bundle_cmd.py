@@ -4,6 +4,7 @@ and router_status.yml (its report file). No Ansible run, no lab."""
 
 import json
 import os
+import shutil
 import tarfile
 
 import pytest
@@ -262,3 +263,34 @@ def test_unknown_group_exits_2(tmp_path, project, monkeypatch, venv_path, capsys
 def test_size_option():
     assert bundle._size("20MiB") == 20 * 1024 * 1024 and bundle._size("500000") == 500000
     assert bundle._size("5k") == 5000 and bundle._size("1GiB") == 1024 ** 3
+
+
+def qualify_report(path, group="grp_a"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"command": {"subcommand": "qualify"}, "finished": "2026-12-05T00:00:00Z",
+                                "groups": {group: {"result": "qualified", "qualify": {"verdict": "qualified"}}}}))
+    return str(path)
+
+
+def test_the_qualification_comes_from_the_named_report_or_the_newest_in_the_state_dir(tmp_path, project, monkeypatch,
+                                                                                      venv_path, capsys):
+    # The newest report in the state dir is found without the option.
+    own = qualify_report(tmp_path / "state" / "20261205T000000Z" / "report.json")
+    assert bundle_cli(tmp_path, project, FakeRunner(), monkeypatch, "--json") == 0
+    entry = json.loads(capsys.readouterr()[0])["bundles"][0]
+    assert json.loads(members(entry["path"])["qualify.json"])["report"] == own
+    shutil.rmtree(tmp_path / "art")   # each run wants a fresh artifacts directory
+    # acceptance's own report, outside the state dir, by --qualification.
+    named = qualify_report(tmp_path / "acceptance" / "qualify" / "report.json")
+    assert bundle_cli(tmp_path, project, FakeRunner(), monkeypatch, "--json", "--qualification", named) == 0
+    entry = json.loads(capsys.readouterr()[0])["bundles"][0]
+    found = json.loads(members(entry["path"])["qualify.json"])
+    assert found["report"] == named and found["qualify"] == {"verdict": "qualified"}
+    shutil.rmtree(tmp_path / "art")
+    # A report without this group: absent, and the manifest says why.
+    other = qualify_report(tmp_path / "other" / "report.json", group="grp_z")
+    assert bundle_cli(tmp_path, project, FakeRunner(), monkeypatch, "--json", "--qualification", other) == 0
+    entry = json.loads(capsys.readouterr()[0])["bundles"][0]
+    manifest = json.loads(members(entry["path"])["manifest.json"])
+    section = [s for s in manifest["sections"] if s["name"] == "qualification"][0]
+    assert section["state"] == "absent" and section["error"] == "%s holds no qualification of group grp_a" % other, section

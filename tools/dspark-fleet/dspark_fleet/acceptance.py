@@ -15,8 +15,9 @@ acceptance.md (docs/hardware-acceptance.md says what each proves and how to read
 4. kill_rank (``--kill-rank``): the last rank of the first group has its container killed (``docker kill`` through
    ``ansible``), then ``dspark-fleet watch --once`` (the supervisor's own restart path: the check, the logs, serve.yml
    with serve_force_restart) and one completion: the time from the kill until the group answers again;
-5. bundle: ``dspark-fleet bundle -i INV --groups G --output <output>/bundle --json``; a dspark-fleet without that
-   subcommand fails this step ("not available (subcommand missing)").
+5. bundle: ``dspark-fleet bundle -i INV --groups G --output <output>/bundle --qualification
+   <output>/qualify/report.json --json`` (step 1's full qualification goes into the bundle); a dspark-fleet without
+   that subcommand fails this step ("not available (subcommand missing)").
 
 Every number is put beside what DGX Spark should reach according to public reports (EXPECTATIONS, SOURCES; cited in
 docs/hardware-acceptance.md): ``judge()`` gives pass, fail, not applicable (the lab: no GPU or no RDMA; the
@@ -552,8 +553,12 @@ class Run:
         if not self.tools.has_subcommand("bundle"):
             return FAILED, MISSING_BUNDLE, {}, {}
         folder = os.path.join(self.out, "bundle")
-        argv = ["bundle"] + self.common() + ["--artifacts", os.path.join(self.out, "bundle-run"), "--output", folder,
-                                             "--json"]
+        argv = ["bundle"] + self.common() + ["--artifacts", os.path.join(self.out, "bundle-run"), "--output", folder]
+        # The full qualification of step 1 is this run's own report, not in the state dir where bundle looks.
+        qualified = os.path.join(self.out, "qualify", "report.json")
+        if os.path.isfile(qualified):
+            argv += ["--qualification", qualified]
+        argv.append("--json")
         rc, stdout = self.tools.fleet(argv, log)
         evidence = {"console": log, "artifacts": os.path.join(self.out, "bundle-run")}
         answer = json_answer(stdout)

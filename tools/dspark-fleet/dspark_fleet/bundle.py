@@ -68,6 +68,9 @@ def add_parser(sub, common):
     bun.add_argument("--log-lines", type=int, default=DEFAULT_LOG_LINES, metavar="N",
                      help="each rank's last N log lines (default %d)" % DEFAULT_LOG_LINES)
     bun.add_argument("--journal", metavar="PATH", help="the supervisor's journal (default <state dir>/journal.jsonl)")
+    bun.add_argument("--qualification", metavar="REPORT",
+                     help="the dspark-fleet report (report.json) whose qualification goes into the bundle (default the "
+                          "newest one under the state dir; acceptance passes its own)")
     bun.add_argument("--json", action="store_true",
                      help='print {"bundles": [{"group", "path", "bytes", "sections", "redacted"}]} on stdout')
     return bun
@@ -194,26 +197,37 @@ def _node_file(private, host):
         return None, secrets, "the state of %s is not JSON: %s" % (host, exc)
 
 
-def last_qualification(state_dir, group):
-    """The newest report under the state dir with a qualify section for `group`: {report, finished, subcommand,
-    qualify}, or None."""
-    found = []
+def _qualify_entry(path, group):
+    """{report, subcommand, finished, result, qualify} of `group` in one dspark-fleet report, or None."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    entry = ((doc.get("groups") or {}).get(group) or {}) if isinstance(doc, dict) else {}
+    if isinstance(entry, dict) and entry.get("qualify"):
+        return {"report": path, "subcommand": (doc.get("command") or {}).get("subcommand"),
+                "finished": doc.get("finished"), "result": entry.get("result"), "qualify": entry["qualify"]}
+    return None
+
+
+def last_qualification(state_dir, group, report=None):
+    """(entry, why): the qualification of `group` from `report` (--qualification) when given, else from the newest
+    report under the state dir that has a qualify section for it; entry None with why it is absent."""
+    if report:
+        found = _qualify_entry(report, group)
+        return found, None if found else "%s holds no qualification of group %s" % (report, group)
+    paths = []
     for path in glob.glob(os.path.join(state_dir, "*", "report.json")):
         try:
-            found.append((os.path.getmtime(path), path))
+            paths.append((os.path.getmtime(path), path))
         except OSError:
             continue
-    for _mtime, path in sorted(found, reverse=True):
-        try:
-            with open(path, encoding="utf-8") as handle:
-                doc = json.load(handle)
-        except (OSError, ValueError):
-            continue
-        entry = ((doc.get("groups") or {}).get(group) or {}) if isinstance(doc, dict) else {}
-        if isinstance(entry, dict) and entry.get("qualify"):
-            return {"report": path, "subcommand": (doc.get("command") or {}).get("subcommand"),
-                    "finished": doc.get("finished"), "result": entry.get("result"), "qualify": entry["qualify"]}
-    return None
+    for _mtime, path in sorted(paths, reverse=True):
+        found = _qualify_entry(path, group)
+        if found:
+            return found, None
+    return None, "no qualification report in the state dir (%s); --qualification names one" % state_dir
 
 
 def collection_info(project_dir):
@@ -301,9 +315,9 @@ def group_files(group, members, nodes, node_errors, status, qualification, route
 
     files.append(("status", "status.json", _dump(status["data"]), False))
     states["status"] = (status["state"], status.get("error"), None)
-    files.append(("qualification", "qualify.json", _dump(qualification or {"found": False}), False))
-    states["qualification"] = ("ok" if qualification else "absent",
-                               None if qualification else "no qualification report in the state dir", None)
+    found, why = qualification
+    files.append(("qualification", "qualify.json", _dump(found or {"found": False}), False))
+    states["qualification"] = ("ok" if found else "absent", why, None)
     files.append(("router", "router.json", _dump(router["data"]), False))
     states["router"] = (router["state"], router.get("error"), None)
     journal_text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in journal_lines or [])
@@ -480,7 +494,7 @@ def one_group(ctx, interrupts, prog, bun, rules, group, pattern, more_secrets, r
     shutil.rmtree(private, ignore_errors=True)
     prog.message("%s: %s" % (group, STATUS))
     status = status_section(run_one(ctx, interrupts, group + ".status", STATUS, group, runner=runner), group)
-    qualification = last_qualification(locks.state_dir(ctx.args.state_dir), group)
+    qualification = last_qualification(locks.state_dir(ctx.args.state_dir), group, ctx.args.qualification)
     lines = [r for r in records if r.get("group") == group] if records is not None else None
     raw_files, states = group_files(group, members, nodes, errors, status, qualification, router, lines)
     created = time.time()
