@@ -228,7 +228,7 @@ def fake_ctx(tmp_path, router=False, groups=None):
     out = tmp_path / "out"
     out.mkdir()
     args = SimpleNamespace(extra_vars=[], state_dir=None, requests=6, concurrency=2, max_tokens=16, kill_rank=False,
-                           json=False)
+                           json=False, vault_password_file=None)
     inv = FakeInventory(router)
     return SimpleNamespace(artifacts=str(out), inventory="/inv/hosts.yml", project_dir="/proj", patterns=[],
                            groups=groups or ["real_pair"], inv=inv, env_add={}, args=args)
@@ -528,3 +528,14 @@ def test_hostvars_templates_and_decrypts_the_key_from_a_vaulted_inventory(tmp_pa
     ("not json {", None), ("[1]", None)])
 def test_json_answer_reads_indented_or_one_line_json(stdout, expected):
     assert acceptance.json_answer(stdout) == expected
+
+
+def test_every_child_gets_the_vault_password_file_as_a_path(tmp_path):
+    ctx = fake_ctx(tmp_path)
+    ctx.args.vault_password_file = "vault-pass"
+    tools = FakeTools()
+    acceptance.Run(ctx, ctx.args, tools=tools, clock=tick()).run()
+    children = [c[1] for c in tools.calls if c[0] == "fleet"]
+    assert [c[0] for c in children] == ["qualify", "reprovision", "bundle"]
+    for argv in children:
+        assert argv[argv.index("--vault-password-file") + 1] == os.path.abspath("vault-pass"), argv

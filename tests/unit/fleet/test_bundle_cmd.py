@@ -294,3 +294,15 @@ def test_the_qualification_comes_from_the_named_report_or_the_newest_in_the_stat
     manifest = json.loads(members(entry["path"])["manifest.json"])
     section = [s for s in manifest["sections"] if s["name"] == "qualification"][0]
     assert section["state"] == "absent" and section["error"] == "%s holds no qualification of group grp_a" % other, section
+
+
+def test_a_vault_password_file_reaches_every_run_as_a_path(tmp_path, project, monkeypatch, venv_path, capsys):
+    # Every subcommand takes it (bundle's node-side reads decrypt the inventory's vaulted secrets to redact them).
+    vault = tmp_path / "vault-pass"
+    vault.write_text("not-the-secret\n")
+    vault.chmod(0o600)
+    runner = FakeRunner()
+    assert bundle_cli(tmp_path, project, runner, monkeypatch, "--json", "--vault-password-file", str(vault)) == 0
+    capsys.readouterr()
+    assert runner.calls and all(c.envvars.get("ANSIBLE_VAULT_PASSWORD_FILE") == str(vault) for c in runner.calls)
+    assert not any("not-the-secret" in json.dumps(c.envvars) for c in runner.calls)

@@ -359,7 +359,7 @@ class Run:
             self.prog.message(text)
 
     def common(self):
-        """The options every child dspark-fleet gets: the inventory, the groups asked, -e, the project, state."""
+        """The options every child dspark-fleet gets: the inventory, the groups asked, -e, the project, state, vault."""
         argv = ["-i", self.ctx.inventory, "--plain", "--project-dir", self.ctx.project_dir]
         for pattern in self.ctx.patterns:
             argv += ["--groups", pattern]
@@ -367,6 +367,8 @@ class Run:
             argv += ["-e", value]
         if self.args.state_dir:
             argv += ["--state-dir", self.args.state_dir]
+        if self.args.vault_password_file:
+            argv += ["--vault-password-file", os.path.abspath(self.args.vault_password_file)]
         return argv
 
     def step(self, name, func):

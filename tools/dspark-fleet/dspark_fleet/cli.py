@@ -76,6 +76,10 @@ def build_parser():
     common.add_argument("--project-dir", metavar="DIR",
                         help="the collection checkout with site.yml and ansible.cfg (default: this tool's repository)")
     common.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+    common.add_argument("--vault-password-file", metavar="PATH",
+                        help="Ansible's vault password file for the inventory and the playbooks (its path reaches them "
+                             "as %s, never its content); for watch mode 0600 or 0400, owned by root or the user it "
+                             "runs as" % watch.VAULT_ENV)
     common.add_argument("--state-dir", metavar="DIR",
                         help="the per-group lock files (DIR/locks/), the last proven image and revision per group "
                              "(DIR/proven/) and the supervisor's journal (default $%s, else %s)" % (locks.STATE_DIR_ENV, locks.DEFAULT_STATE_DIR))
@@ -184,10 +188,6 @@ def add_watch_parser(sub, common):
     wat.add_argument("--no-router", action="store_true",
                      help="leave the router (group %s) alone: do not take a broken group out of rotation"
                           % rolling.ROUTER_GROUP)
-    wat.add_argument("--vault-password-file", metavar="PATH",
-                     help="Ansible's vault password file for the inventory and the playbooks (its path reaches them "
-                          "as %s, never its content); mode 0600 or 0400, owned by root or the user the watch runs "
-                          "as" % watch.VAULT_ENV)
     wat.add_argument("--keep-rounds", type=_int_at_least(0), default=watch.KEEP_ROUNDS, metavar="N",
                      help="keep the artifacts of the newest N earlier rounds that left any (failed checks, restarts; "
                           "%d)" % watch.KEEP_ROUNDS)
@@ -250,7 +250,7 @@ class Context:
             if not os.path.isfile(os.path.join(self.project_dir, rel)):
                 raise UsageError("%s has no %s (is --project-dir the collection checkout?)" % (self.project_dir, rel))
         self.env_add = runner_exec.ansible_env(self.project_dir)
-        if getattr(args, "vault_password_file", None):    # watch: the path only, for ansible-inventory and the runs
+        if args.vault_password_file:    # the path only, for ansible-inventory, the runs and hostvars.py
             self.env_add[watch.VAULT_ENV] = os.path.abspath(args.vault_password_file)
         self.previous = None
         if getattr(args, "resume", None):
