@@ -91,6 +91,7 @@ lint: venv
 	$(BIN)/python tests/ci/check_argument_specs.py
 	$(BIN)/python tests/ci/role_docs.py --check
 	$(BIN)/python tests/ci/bench_docs.py --check
+	$(BIN)/python tests/ci/fleet_readme.py --check
 
 sanity: venv
 	VENV=$(CURDIR)/$(VENV) bash tests/ci/sanity.sh
