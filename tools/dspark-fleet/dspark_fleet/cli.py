@@ -1,4 +1,4 @@
-"""dspark-fleet: plan, reprovision, status, watch and qualify over the serving groups of one inventory.
+"""dspark-fleet: plan, reprovision, status, watch, qualify, acceptance and bundle over the serving groups of one inventory.
 
 qualify runs playbooks/qualify.yml (changes nothing) per group, every group at once by default, and reports
 each group qualified or not with the failing checks and their fixes (qualify.py).
