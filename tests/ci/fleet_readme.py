@@ -34,7 +34,7 @@ def add_parser_names(source, filename="<source>"):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_parser"
                 and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
             names.append((node.lineno, node.args[0].value))
-    return [name for _, name in sorted(names)]
+    return [name for dummy, name in sorted(names)]
 
 
 def subcommands(package):
