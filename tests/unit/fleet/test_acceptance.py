@@ -6,6 +6,7 @@ import http.server
 import json
 import os
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -415,6 +416,40 @@ def test_load_against_a_streaming_engine(engine):
     assert summary["ttft_s"]["p50"] <= summary["ttft_s"]["p99"]
     body = Engine.seen[0]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True} and body["max_tokens"] == 4
+
+
+class SilentTail(http.server.BaseHTTPRequestHandler):
+    """As the real CPU engine streams under ignore_eos: the role chunk (content ""), one token with text, then tokens
+    that decode to no text (content ""), 20 ms apart."""
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for index, piece in enumerate(("", "a", "", "", "")):
+            delta = {"role": "assistant", "content": piece} if index == 0 else {"content": piece}
+            self.wfile.write(b"data: " + json.dumps({"choices": [{"delta": delta, "finish_reason": None}]}).encode()
+                             + b"\n\n")
+            self.wfile.flush()
+            time.sleep(0.02 if index > 1 else 0)
+        usage = {"choices": [{"delta": {}, "finish_reason": "length"}], "usage": {"completion_tokens": 4}}
+        self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+
+    def log_message(self, *args):
+        pass
+
+
+def test_tokens_without_text_still_count_for_the_decode_time():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SilentTail)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        record = loadtest.run("http://127.0.0.1:%d" % httpd.server_address[1], 1, 1, "tiny", max_tokens=4)[0][0]
+    finally:
+        httpd.shutdown()
+    assert record["ok"] and record["output_tokens"] == 4, record
+    # Three tokens after the first over the 40 ms or more they took; never None (session 26's CI read None here).
+    assert record["decode_tokens_per_s"] is not None and 0 < record["decode_tokens_per_s"] <= 3 / 0.04, record
 
 
 def test_load_without_the_key_counts_every_request_failed_and_keeps_no_key(engine):

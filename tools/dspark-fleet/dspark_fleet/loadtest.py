@@ -118,13 +118,16 @@ def one_request(parts, index, model, api_key, max_tokens, timeout, context=None)
                     break
                 lines.append(line)
                 if line.startswith(b"data: ") and b'"content"' in line:
-                    try:
-                        pieces = parse_stream([line])[0]
-                    except ValueError:
-                        pieces = []
-                    if pieces:   # the first and the last chunk with content
-                        last = round(time.monotonic() - t0, 4)
-                        if record["ttft_s"] is None:
+                    # Every chunk that carries content is a token for the decode time, an empty piece too (a token
+                    # that decodes to no text: the real engine's special tokens under ignore_eos); the first one
+                    # with text is the time to first token (vLLM's first chunk is the role, with content "").
+                    last = round(time.monotonic() - t0, 4)
+                    if record["ttft_s"] is None:
+                        try:
+                            pieces = parse_stream([line])[0]
+                        except ValueError:
+                            pieces = []
+                        if pieces:
                             record["ttft_s"] = last
             latency = time.monotonic() - t0
             pieces, finish, done, usage = parse_stream(lines)
