@@ -42,38 +42,36 @@ fi
 # failed task out of it. pytest's FAILED/ERROR lines and assertion lines (E ...); Ansible's fatal/failed/UNREACHABLE
 # lines with the task they belong to and up to 4 lines of their indented (YAML) result, not those it then ignored.
 # The last 60 of them; the last 12 also go to NAME.why, which tests/ci/lanes.sh prints again once every lane is done.
-failures=$(tail -n +2 "$log" | awk '
-  function flush() { printf "%s", buf; buf = "" }
+# The same pass keeps the first Ansible failure that was not ignored with up to 12 lines of its result (NAME.first):
+# later failures are often its consequences (the group gate stops the peer), which push it out of the last 12 lines.
+first_file=$logs/$name.first
+rm -f "$first_file"
+failures=$(tail -n +2 "$log" | awk -v first_file="$first_file" '
+  function flush() {
+    if (whole != "" && !saved) { printf "%s", whole > first_file; saved = 1 }
+    printf "%s", buf; buf = ""; whole = ""
+  }
   {
     c = $0
     if (match(c, /^ *[0-9]+ /)) c = substr(c, RLENGTH + 1)
-    if (cont > 0 && c ~ /^[ \t]+[^ \t]/) { buf = buf $0 "\n"; cont--; next }
-    cont = 0
-    if (c ~ /^\.\.\.ignoring/) { buf = ""; next }
+    if (open && c ~ /^[ \t]+[^ \t]/) {
+      if (cont > 0) { buf = buf $0 "\n"; cont-- }
+      if (kept < 12) { whole = whole $0 "\n"; kept++ }
+      next
+    }
+    open = 0
+    if (c ~ /^\.\.\.ignoring/) { buf = ""; whole = ""; next }
     flush()
     if (c ~ /^TASK \[/) { task = $0; next }
     if (c ~ /(fatal|failed): \[|FAILED! =>|UNREACHABLE!/) {
-      if (task != "") buf = task "\n"
-      task = ""; buf = buf $0 "\n"; cont = 4; next
+      buf = (task != "" ? task "\n" : "") $0 "\n"; whole = buf
+      task = ""; open = 1; cont = 4; kept = 0; next
     }
     if (c ~ /^(FAILED|ERROR) |^E  |^[^ ]+::[^ ]+ (FAILED|ERROR)/) print
   }
   END { flush() }' | tail -n 60)
-# The first Ansible failure that was not ignored, with up to 12 lines of its result: later failures are often its
-# consequences (the group gate stops the peer), which push it out of the last 12 lines.
-first=$(tail -n +2 "$log" | awk '
-  {
-    c = $0
-    if (match(c, /^ *[0-9]+ /)) c = substr(c, RLENGTH + 1)
-    if (open) {
-      if (c ~ /^[ \t]+[^ \t]/) { if (kept < 12) { buf = buf $0 "\n"; kept++ }; next }
-      if (c ~ /^\.\.\.ignoring/) { open = 0; buf = ""; next }
-      printf "%s", buf; open = 0; exit
-    }
-    if (c ~ /^TASK \[/) { task = $0; next }
-    if (c ~ /(fatal|failed): \[|FAILED! =>|UNREACHABLE!/) { buf = (task != "" ? task "\n" : "") $0 "\n"; open = 1; kept = 0 }
-  }
-  END { if (open) printf "%s", buf }')
+first=$(cat "$first_file" 2>/dev/null)
+rm -f "$first_file"
 report=$(
   printf '%-26s FAIL  %5d s  (exit %d), whole output in %s\n' "$name" "$secs" "$rc" "$log"
   if [ -n "$failures" ]; then

@@ -1,8 +1,11 @@
 """Fixtures of the dspark-fleet tests: recorded ansible-runner event streams and the fake project."""
 
+import contextlib
+import http.server
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,17 @@ sys.path.insert(0, str(ROOT / "tools" / "dspark-fleet"))
 
 FIXTURES = HERE / "fixtures"
 FAKE_PROJECT = HERE / "fakeproject"
+
+
+@contextlib.contextmanager
+def serving(handler):
+    """A stand-in HTTP server on a free loopback port with `handler` (a BaseHTTPRequestHandler): its base URL."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield "http://127.0.0.1:%d" % httpd.server_address[1]
+    finally:
+        httpd.shutdown()
 
 
 def load_stream(name):

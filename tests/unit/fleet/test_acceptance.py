@@ -5,13 +5,12 @@ test against a local stand-in engine, the CLI and --json."""
 import http.server
 import json
 import os
-import threading
 import time
 from types import SimpleNamespace
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, serving
 from dspark_fleet import acceptance, cli, hostvars, loadtest
 
 KEY = "sk-acceptance-secret-7f3a"
@@ -399,11 +398,8 @@ class Engine(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def engine():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Engine)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield "http://127.0.0.1:%d" % httpd.server_address[1]
-    httpd.shutdown()
+    with serving(Engine) as url:
+        yield url
     Engine.seen = []
 
 
@@ -441,12 +437,8 @@ class SilentTail(http.server.BaseHTTPRequestHandler):
 
 
 def test_tokens_without_text_still_count_for_the_decode_time():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SilentTail)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        record = loadtest.run("http://127.0.0.1:%d" % httpd.server_address[1], 1, 1, "tiny", max_tokens=4)[0][0]
-    finally:
-        httpd.shutdown()
+    with serving(SilentTail) as url:
+        record = loadtest.run(url, 1, 1, "tiny", max_tokens=4)[0][0]
     assert record["ok"] and record["output_tokens"] == 4, record
     # Three tokens after the first over the 40 ms or more they took; never None (session 26's CI read None here).
     assert record["decode_tokens_per_s"] is not None and 0 < record["decode_tokens_per_s"] <= 3 / 0.04, record

@@ -4,7 +4,6 @@
 import http.server
 import json
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fleet"))
 
 import loadclient  # noqa: E402  pylint: disable=wrong-import-position
+from conftest import serving  # noqa: E402  pylint: disable=wrong-import-position
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -43,11 +43,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield "http://127.0.0.1:%d" % httpd.server_address[1]
-    httpd.shutdown()
+    with serving(Handler) as url:
+        yield url
     Handler.reply, Handler.finish = "OK", "stop"
 
 
