@@ -468,6 +468,71 @@ def render_report(result, label='checkpoint', index=None, limit=10):
     return '\n'.join(lines)
 
 
+# --- what only a hostile sender makes (SCP targets) ---------------------------------------------
+
+# Mode bits an honest copy never leaves (it sends directories 0755 and files 0644): setuid, setgid, group or world
+# writable.
+_HOSTILE_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_IWGRP | stat.S_IWOTH
+
+
+def _owner_name(uid):
+    try:
+        import pwd
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
+
+
+def hostile_reason(st):
+    """Why an entry with lstat ``st`` is one the copy never makes, or None: a link (the copy sends what links point
+    to; rrsync -munge turns a sender's links into "/rsyncd-munged/..."), a device, FIFO or socket, or a setuid/setgid
+    or group/world-writable entry."""
+    mode = st.st_mode
+    if stat.S_ISLNK(mode):
+        return 'link'
+    if stat.S_ISBLK(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        return 'special file'
+    if stat.S_IMODE(mode) & _HOSTILE_BITS:
+        return 'mode'
+    return None
+
+
+def hostile_entries(directory):
+    """Every entry under ``directory`` (itself included; links not followed; other filesystems not entered) that
+    only a hostile sender makes (hostile_reason), each as "MODE OWNER PATH" (find's -printf '%M %u %p'). Raises
+    CheckpointError when part of the tree cannot be read: an unread subtree proves nothing."""
+    found = []
+
+    def consider(path, st):
+        if hostile_reason(st):
+            found.append('%s %s %s' % (stat.filemode(st.st_mode), _owner_name(st.st_uid), path))
+
+    try:
+        top = os.lstat(directory)
+    except OSError as e:
+        raise CheckpointError('cannot read %s: %s' % (directory, e.strerror or e), 'io_error')
+    consider(directory, top)
+    if not stat.S_ISDIR(top.st_mode):
+        return found
+    pending = [directory]
+    while pending:
+        current = pending.pop()
+        try:
+            names = sorted(os.listdir(current))
+        except OSError as e:
+            raise CheckpointError('cannot list %s: %s' % (current, e.strerror or e), 'io_error')
+        for name in names:
+            path = os.path.join(current, name)
+            try:
+                st = os.lstat(path)
+            except OSError as e:
+                raise CheckpointError('cannot read %s: %s' % (path, e.strerror or e), 'io_error')
+            consider(path, st)
+            if stat.S_ISDIR(st.st_mode) and st.st_dev == top.st_dev:
+                pending.append(path)
+    return sorted(found, key=lambda line: line.split(' ', 2)[2])
+
+
 # --- fast re-check at every start (#26) ------------------------------------------------------------
 
 VERIFIED_FILES_FORMAT = 'dspark.cluster/checkpoint-verified-files'

@@ -2,11 +2,14 @@
 # Copyright: contributors to dspark.cluster
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The reads of the checkpoint role's SCP mode (modules/checkpoint_scp_info.py), pure where they can be: the tools,
-the copy key's files on the source, a target's host key, the receiving account's password state, the mount options."""
+the copy key's files on the source, a target's host key, the receiving account's password state, whether the receiver
+is as the role leaves it, the keys authorized on the target (as digests), the mount options."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import stat
 
 # What a mount holding the model directory should set (the copy makes neither setuid files nor devices).
@@ -59,6 +62,93 @@ def account_state(passwd_line, shadow_line):
     exists = bool(passwd_line.strip())
     field = (shadow_line.strip().split(':') + ['', ''])[1] if shadow_line.strip() else ''
     return {'exists': exists, 'locked': exists and field.startswith('!')}
+
+
+# An authorized_keys line's key: its type, then the base64 blob (options, when present, come before the type).
+_KEY_RE = re.compile(r'(?:^|\s)((?:ssh|ecdsa-sha2|sk-ssh|sk-ecdsa-sha2)-[A-Za-z0-9@.-]+)\s+([A-Za-z0-9+/]+={0,2})(?:\s|$)')
+
+
+def key_digest(blob):
+    """The sha256 (hex) of a key's base64 blob as written: what the role compares, never the key itself."""
+    return hashlib.sha256(blob.encode('ascii')).hexdigest()
+
+
+def authorized_key_digests(text):
+    """key_digest of every key in an authorized_keys text, in file order; comments and blank lines skipped."""
+    digests = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith('#'):
+            continue
+        match = _KEY_RE.search(line)
+        if match:
+            digests.append(key_digest(match.group(2)))
+    return digests
+
+
+def read_authorized_key_digests(home):
+    """authorized_key_digests of ``home``/.ssh/authorized_keys ([] when absent or unreadable)."""
+    try:
+        with open(os.path.join(home, '.ssh', 'authorized_keys'), 'r') as f:
+            return authorized_key_digests(f.read())
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def passwd_fields(line):
+    """`getent passwd USER`'s line as a dict (None when empty or malformed)."""
+    fields = line.strip().split(':')
+    if len(fields) != 7:
+        return None
+    return {'name': fields[0], 'uid': int(fields[2]) if fields[2].isdigit() else None,
+            'gid': int(fields[3]) if fields[3].isdigit() else None, 'comment': fields[4], 'home': fields[5],
+            'shell': fields[6]}
+
+
+def not_owned(top, uid, gid, limit=5):
+    """Up to ``limit`` entries under ``top`` (itself included, links not followed) not owned by uid:gid; one line
+    saying so when ``top`` is absent or not a directory."""
+    try:
+        if not stat.S_ISDIR(os.lstat(top).st_mode):
+            return ['%s is not a directory' % top]
+    except OSError:
+        return ['%s is absent' % top]
+    found = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        paths = [top] if dirpath == top else []
+        paths += [os.path.join(dirpath, name) for name in dirnames + filenames]
+        for path in paths:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if (st.st_uid, st.st_gid) != (uid, gid):
+                found.append('%s is owned by %d:%d' % (path, st.st_uid, st.st_gid))
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def receiver_problems(account, locked, expected, group_gid, home_is_dir, hub_mode, model_dir_problems):
+    """What keeps the receiver from being as the role's receiver tasks leave it ([] = nothing for them to do).
+    ``account``: passwd_fields of the user (None when absent); ``expected``: home, comment, shell; ``group_gid``:
+    the gid of the group named like the user (None when absent); ``hub_mode``: the hub directory's mode (None when
+    it is not a directory); ``model_dir_problems``: not_owned of the model directory."""
+    if account is None:
+        return ['the receiving account is absent']
+    problems = []
+    if locked:
+        problems.append('the receiving account is locked')
+    if not home_is_dir:
+        problems.append('its home directory is absent')
+    for key in ('home', 'comment', 'shell'):
+        if account[key] != expected[key]:
+            problems.append('its %s is %r, not %r' % (key, account[key], expected[key]))
+    if group_gid is None:
+        problems.append('no group of its name')
+    if hub_mode != 0o755:
+        problems.append('the hub directory is %s' % ('absent' if hub_mode is None else oct(hub_mode)))
+    return problems + model_dir_problems
 
 
 def existing_ancestor(path):

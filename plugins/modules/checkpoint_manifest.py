@@ -104,6 +104,15 @@ options:
       - Set to V(false) for single-file checkpoints without an index.
     type: bool
     default: true
+  hostile_scan:
+    description:
+      - With O(state=verified), once the snapshot verified, also list in RV(hostile) every entry of the model's
+        directory (C(<cache_dir>/hub/models--ORG--NAME), itself included, links not followed, other filesystems
+        not entered) that an honest copy never makes - a link, a device, FIFO or socket, or a setuid, setgid,
+        group- or world-writable entry. An SCP target runs it, since whoever holds the copy key could write there.
+      - Part of the tree that cannot be read fails the run.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -301,6 +310,13 @@ report:
   returned: always
   type: str
   sample: "deepseek-ai/DeepSeek-V4-Flash@0123456789ab: OK, 52 files verified (0 hashed, 52 unchanged since the last verification)"
+hostile:
+  description:
+    - With O(hostile_scan), the entries only a hostile sender makes, each as C(MODE OWNER PATH); empty when none.
+  returned: when O(hostile_scan) is set and the snapshot verified
+  type: list
+  elements: str
+  sample: ["-rwsr-sr-x dspark-ckpt /var/lib/dspark/hf-cache/hub/models--org--name/suid"]
 code:
   description: Machine-readable failure reason.
   returned: failure
@@ -322,6 +338,7 @@ from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint import (
     INDEX_FILE,
     build_manifest,
     dump_json,
+    hostile_entries,
     index_completeness,
     load_manifest,
     model_dir,
@@ -447,6 +464,8 @@ def run(module):
         write_atomic(module, state_path, dump_json(new_state))
         result['state_written'] = True
 
+    if p['state'] == 'verified' and p['hostile_scan'] and result['ok'] and not (index and index['missing']):
+        result['hostile'] = hostile_entries(model_dir(p['cache_dir'], model))
     if p['state'] == 'verified' and not (result['ok'] and not (index and index['missing'])):
         module.fail_json(msg=result['report'], code='incomplete', **result)
     # Only about a snapshot that verified: a target checked before its first copy has no refs/main yet.
@@ -495,6 +514,7 @@ def main():
             state=dict(type='str', default='verified', choices=['built', 'verified', 'rechecked']),
             full=dict(type='bool', default=False),
             require_index=dict(type='bool', default=True),
+            hostile_scan=dict(type='bool', default=False),
         ),
         mutually_exclusive=[('manifest_path', 'manifest'), ('files_path', 'manifest'), ('files_path', 'manifest_path')],
         required_if=[('state', 'built', ('manifest_path',)), ('state', 'verified', ('manifest_path', 'manifest'), True),

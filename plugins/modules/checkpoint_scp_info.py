@@ -18,6 +18,9 @@ description:
   - On a target (O(host_key)) its SSH host key; (O(user)) whether the receiving account exists and whether its
     password field is locked (the field itself is never returned); (O(mount_path)) the mount holding the model
     directory, with a warning when it is its own mount without nosuid,nodev.
+  - On a target, with O(receiver), whether the receiver is as the role's receiver tasks leave it (so that a
+    converged node skips them as one), and the keys authorized for the receiving account and for root, as digests
+    of their blobs (the keys themselves are never returned).
   - Never changes anything.
 author:
   - dspark.cluster contributors (@dspark)
@@ -44,6 +47,31 @@ options:
     description:
       - The directory whose mount is read (the cache's C(hub/)); its nearest existing ancestor while it is absent.
     type: path
+  receiver:
+    description:
+      - What the role makes of the receiver on a target (needs O(user)).
+    type: dict
+    suboptions:
+      home:
+        description: The receiving account's home directory.
+        type: path
+        required: true
+      comment:
+        description: The receiving account's comment (GECOS) field.
+        type: str
+        required: true
+      shell:
+        description: The receiving account's shell.
+        type: str
+        default: /bin/sh
+      hub:
+        description: The cache's C(hub/) directory (a directory, mode 0755).
+        type: path
+        required: true
+      model_dir:
+        description: The model's directory, owned with everything in it by the receiving account and its group.
+        type: path
+        required: true
   node:
     description:
       - The node's name, for the mount warning.
@@ -112,11 +140,37 @@ account:
     locked:
       description: Its password field starts with C(!) (sshd without PAM refuses a locked account even with a key).
       type: bool
+receiver:
+  description: The receiver's state, when O(receiver) is given.
+  type: dict
+  returned: when O(receiver) is given
+  contains:
+    ready:
+      description: Nothing for the role's receiver tasks to do (RV(receiver.problems) is empty).
+      type: bool
+    problems:
+      description: What differs from what the role makes (the account, its home, the hub, up to five entries of the
+        model directory owned by another).
+      type: list
+      elements: str
+    copy_key_digests:
+      description: The sha256 of each key blob in the receiving account's C(~/.ssh/authorized_keys).
+      type: list
+      elements: str
+    root_key_digests:
+      description: The sha256 of each key blob in root's C(~/.ssh/authorized_keys).
+      type: list
+      elements: str
 mount:
   description: The mount holding O(mount_path) (target, options, lacking), null when findmnt says nothing.
   type: dict
   returned: when O(mount_path) is given
 """
+
+import grp
+import os
+import pwd
+import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint_scp_info import (
@@ -126,7 +180,11 @@ from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint_scp_info
     missing_tools,
     mount_state,
     mount_warning,
+    not_owned,
+    passwd_fields,
+    read_authorized_key_digests,
     read_host_key,
+    receiver_problems,
 )
 
 
@@ -136,6 +194,36 @@ def _stdout(module, argv):
         return ''
     rc, out, dummy = module.run_command(argv)
     return out if rc == 0 else ''
+
+
+def _dir_mode(path):
+    """The mode of ``path`` when it is a directory (links not followed), else None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return stat.S_IMODE(st.st_mode) if stat.S_ISDIR(st.st_mode) else None
+
+
+def receiver_state(user, account_locked, passwd_line, want):
+    """The receiver as the role's receiver tasks would find it (ready, problems) and the authorized keys' digests."""
+    account = passwd_fields(passwd_line)
+    try:
+        group_gid = grp.getgrnam(user).gr_gid
+    except KeyError:
+        group_gid = None
+    owned = (not_owned(want['model_dir'], account['uid'], group_gid)
+             if account and account['uid'] is not None and group_gid is not None else [])
+    problems = receiver_problems(account, account_locked, want, group_gid,
+                                 bool(account) and _dir_mode(account['home']) is not None,
+                                 _dir_mode(want['hub']), owned)
+    try:
+        root_home = pwd.getpwnam('root').pw_dir
+    except KeyError:
+        root_home = '/root'
+    return {'ready': not problems, 'problems': problems,
+            'copy_key_digests': read_authorized_key_digests(account['home']) if account else [],
+            'root_key_digests': read_authorized_key_digests(root_home)}
 
 
 def run(params, module):
@@ -148,8 +236,11 @@ def run(params, module):
         if result['host_key'] is None:
             return None, 'cannot read the SSH host key %s (type and key expected)' % params['host_key']
     if params.get('user'):
-        result['account'] = account_state(_stdout(module, ['getent', 'passwd', params['user']]),
-                                          _stdout(module, ['getent', 'shadow', params['user']]))
+        passwd_line = _stdout(module, ['getent', 'passwd', params['user']])
+        result['account'] = account_state(passwd_line, _stdout(module, ['getent', 'shadow', params['user']]))
+        if params.get('receiver'):
+            result['receiver'] = receiver_state(params['user'], result['account']['locked'], passwd_line,
+                                                params['receiver'])
     if params.get('mount_path'):
         out = _stdout(module, ['findmnt', '--noheadings', '--output', 'TARGET,OPTIONS', '--target',
                                existing_ancestor(params['mount_path'])])
@@ -168,8 +259,16 @@ def main():
             host_key=dict(type='path', no_log=False),
             user=dict(type='str'),
             mount_path=dict(type='path'),
+            receiver=dict(type='dict', options=dict(
+                home=dict(type='path', required=True),
+                comment=dict(type='str', required=True),
+                shell=dict(type='str', default='/bin/sh'),
+                hub=dict(type='path', required=True),
+                model_dir=dict(type='path', required=True),
+            )),
             node=dict(type='str', default='this node'),
         ),
+        required_by=dict(receiver=('user',)),
         supports_check_mode=True,
     )
     result, error = run(module.params, module)

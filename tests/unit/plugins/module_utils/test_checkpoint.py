@@ -440,3 +440,31 @@ def test_fake_checkpoint_is_deterministic(tmp_path):
     assert ma["entries"] == mb["entries"]
     assert ma["entries"] != mc["entries"]
     assert fake.parse_size("3.75G") == int(3.75 * 1024 ** 3) and fake.parse_size("4MiB") == 4 * 1024 * 1024
+
+
+def test_hostile_entries_name_links_specials_and_loose_modes(tmp_path):
+    top = tmp_path / "models--org--x"
+    (top / "snapshots" / "r").mkdir(parents=True)
+    for d in (top, top / "snapshots", top / "snapshots" / "r"):
+        os.chmod(d, 0o755)
+    (top / "snapshots" / "r" / "config.json").write_text("{}")
+    os.chmod(top / "snapshots" / "r" / "config.json", 0o644)
+    assert ck.hostile_entries(str(top)) == []
+    os.symlink("config.json", top / "snapshots" / "r" / "rel")   # any link: the copy sends files
+    os.mkfifo(top / "fifo")
+    (top / "open").mkdir()
+    os.chmod(top / "open", 0o777)
+    (top / "sgid").write_text("")
+    os.chmod(top / "sgid", 0o2644)
+    os.chmod(top, 0o775)                                         # the directory itself counts
+    found = ck.hostile_entries(str(top))
+    paths = [line.split(" ", 2)[2] for line in found]
+    assert paths == sorted(str(p) for p in (top, top / "fifo", top / "open", top / "sgid", top / "snapshots" / "r" / "rel"))
+    modes = dict(reversed(line.split(" ", 2)[::2]) for line in found)
+    assert modes[str(top / "sgid")] == "-rw-r-Sr--" and modes[str(top / "fifo")].startswith("p")
+
+
+def test_hostile_entries_of_a_directory_that_is_not_there(tmp_path):
+    with pytest.raises(CheckpointError) as err:
+        ck.hostile_entries(str(tmp_path / "absent"))
+    assert err.value.code == "io_error" and "absent" in err.value.message

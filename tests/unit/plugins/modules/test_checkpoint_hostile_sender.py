@@ -30,6 +30,7 @@ import yaml
 
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.dspark.cluster.plugins.module_utils import checkpoint
 from ansible_collections.dspark.cluster.plugins.modules import checkpoint_copy
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
@@ -69,12 +70,13 @@ def role_filters():
     return [f.replace("{{ dspark_model_revision }}", REV) for f in VARS["_checkpoint_filters"]]
 
 
-def role_hostile_find(model_dir):
-    """The argv of scp_verify.yml's "Look for entries in the model directory that only a hostile sender makes"."""
+def role_hostile_check(model_dir):
+    """What scp_verify.yml's verification (checkpoint_manifest with hostile_scan) lists as entries only a hostile
+    sender makes: the role must ask for the scan, and the module's scan is module_utils' hostile_entries."""
     tasks = yaml.safe_load((ROOT / "roles" / "checkpoint" / "tasks" / "scp_verify.yml").read_text())
-    task = next(t for t in tasks if t.get("name", "").startswith("Look for entries in the model directory"))
-    argv = task["ansible.builtin.command"]["argv"]
-    return [model_dir if a == "{{ _checkpoint_model_dir }}" else a for a in argv]
+    task = next(t for t in tasks if t.get("name", "").startswith("Verify the copy against the source manifest"))
+    assert task["dspark.cluster.checkpoint_manifest"]["hostile_scan"] is True
+    return checkpoint.hostile_entries(model_dir)
 
 
 @pytest.fixture
@@ -166,7 +168,7 @@ def test_role_copy_through_rrsync_gives_plain_readable_files_and_is_idempotent(c
             assert st.st_uid == site["uid"], name
             assert stat.S_IMODE(st.st_mode) == (0o755 if stat.S_ISDIR(st.st_mode) else 0o644), (name, oct(st.st_mode))
             assert stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode), name
-    assert subprocess.run(role_hostile_find(str(site["model_dir"])), capture_output=True, text=True, check=True).stdout == ""
+    assert role_hostile_check(str(site["model_dir"])) == []
     assert outside_state(site["base"], site["model_dir"]) == before
     rc, res = copy(capsys, site)
     assert rc == 0 and not res["changed"] and res["stdout_lines"] == [], res
@@ -223,6 +225,6 @@ def test_hostile_sender_changes_nothing_outside_the_model_directory(site):
                 assert not os.path.exists(full), full
     assert {"abs", "rel", "neighbour"} <= set(found) and "devnull" not in found  # no device node, not even a file
     # The role's check lists exactly what the hostile sender left: munged links, setuid/setgid and writable entries.
-    listed = subprocess.run(role_hostile_find(str(model_dir)), capture_output=True, text=True, check=True).stdout
-    names = {re.split(r"\s+", line, maxsplit=2)[2] for line in listed.splitlines()}
+    listed = role_hostile_check(str(model_dir))
+    names = {re.split(r"\s+", line, maxsplit=2)[2] for line in listed}
     assert {str(model_dir / n) for n in ("abs", "rel", "neighbour", "suid", "sgid-dir")} <= names, listed

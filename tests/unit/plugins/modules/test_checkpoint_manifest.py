@@ -273,3 +273,36 @@ def test_refs_main_warning_only_about_a_verified_snapshot(capsys, source, target
     rc, out = check(capsys, target, revision=REV)
     assert rc == 0, out
     assert any("refs/main of %s names %s" % (MODEL, "0" * 40) in str(w) for w in out.get("warnings", [])), out
+
+
+def test_verified_hostile_scan_lists_what_no_honest_copy_makes(capsys, source, tmp_path):
+    # An SCP target as the copy leaves it: the links' files, no links.
+    shutil.copytree(source["cache"], str(tmp_path / "plain"), symlinks=False)
+    target = dict(source, cache=str(tmp_path / "plain"), manifest_path=str(tmp_path / "plain-m" / "dsv4.json"))
+    os.makedirs(os.path.dirname(target["manifest_path"]))
+    build(capsys, source)
+    publish(source, target)
+    rc, out = check(capsys, target, hostile_scan=True)
+    assert rc == 0 and out["ok"] is True and out["hostile"] == []
+    model_dir = os.path.join(target["cache"], "hub", "models--deepseek-ai--DeepSeek-V4-Flash")
+    suid = os.path.join(model_dir, "suid")
+    with open(suid, "w") as f:
+        f.write("#!/bin/sh\n")
+    os.chmod(suid, 0o4755)
+    os.mkfifo(os.path.join(model_dir, "pipe"))
+    os.symlink("/etc", os.path.join(model_dir, "out"))
+    rc, out = check(capsys, target, hostile_scan=True)
+    # The snapshot still verifies; what the caller refuses is listed, by mode, owner and path.
+    assert rc == 0 and out["ok"] is True
+    assert [line.split(" ", 2)[2] for line in out["hostile"]] == [os.path.join(model_dir, n) for n in ("out", "pipe", "suid")]
+    assert out["hostile"][2].startswith("-rwsr-xr-x ")
+    rc, out = check(capsys, target)
+    assert rc == 0 and "hostile" not in out
+
+
+def test_verified_hostile_scan_only_after_a_passed_verification(capsys, source, target):
+    build(capsys, source)
+    publish(source, target)
+    os.unlink(os.path.join(target["snapshot"], SHARD))
+    rc, out = check(capsys, target, hostile_scan=True)
+    assert rc == 1 and out["code"] == "incomplete" and "hostile" not in out

@@ -92,3 +92,88 @@ def test_main_reads_account_and_mount(tmp_path, capsys, monkeypatch):
     assert result["mount"]["lacking"] == ["nosuid", "nodev"]
     assert any("spark-head: /data (holding %s) is mounted without nosuid,nodev." % (tmp_path / "hub") in str(w) for w in result.get("warnings", []))
     assert "!" not in json.dumps(result["account"])
+
+
+def test_authorized_key_digests_read_keys_after_options_never_the_keys():
+    text = ("# a comment\n\n"
+            'restrict,from="10.0.0.1",command="/usr/bin/rrsync -wo /x" ssh-ed25519 AAAAC3NzaC1 dspark copy\n'
+            "ssh-rsa AAAAB3NzaC1yc2E= admin@laptop\n"
+            "ecdsa-sha2-nistp256 AAAAE2VjZHNh\n"
+            "not a key line\n")
+    digests = utils.authorized_key_digests(text)
+    assert digests == [utils.key_digest("AAAAC3NzaC1"), utils.key_digest("AAAAB3NzaC1yc2E="), utils.key_digest("AAAAE2VjZHNh")]
+    assert all(len(d) == 64 and "AAAA" not in d for d in digests)
+
+
+def test_passwd_fields():
+    assert utils.passwd_fields("") is None and utils.passwd_fields("u:x:1") is None
+    assert utils.passwd_fields("dspark-ckpt:x:999:998:dspark.cluster checkpoint receiver:/var/lib/dspark-ckpt:/bin/sh\n") == {
+        "name": "dspark-ckpt", "uid": 999, "gid": 998, "comment": "dspark.cluster checkpoint receiver",
+        "home": "/var/lib/dspark-ckpt", "shell": "/bin/sh"}
+
+
+def test_not_owned_names_entries_of_another_owner(tmp_path):
+    top = tmp_path / "models--x"
+    assert utils.not_owned(str(top), 0, 0) == ["%s is absent" % top]
+    (top / "snapshots").mkdir(parents=True)
+    (top / "snapshots" / "a").write_text("")
+    os.symlink("a", top / "snapshots" / "link")
+    me = (os.getuid(), os.getgid())
+    assert utils.not_owned(str(top), *me) == []
+    other = (me[0] + 1, me[1])
+    found = utils.not_owned(str(top), *other)
+    assert sorted(found) == sorted("%s is owned by %d:%d" % (p, me[0], me[1])
+                                   for p in (top, top / "snapshots", top / "snapshots" / "a", top / "snapshots" / "link"))
+    assert len(utils.not_owned(str(top), *other, limit=2)) == 2
+
+
+EXPECTED = {"home": "/var/lib/dspark-ckpt", "comment": "dspark.cluster checkpoint receiver", "shell": "/bin/sh"}
+ACCOUNT = {"name": "dspark-ckpt", "uid": 999, "gid": 999, "comment": EXPECTED["comment"], "home": EXPECTED["home"],
+           "shell": "/bin/sh"}
+
+
+def test_receiver_problems_each_difference_named():
+    assert utils.receiver_problems(None, False, EXPECTED, None, False, None, []) == ["the receiving account is absent"]
+    assert utils.receiver_problems(ACCOUNT, False, EXPECTED, 999, True, 0o755, []) == []
+    problems = utils.receiver_problems(dict(ACCOUNT, shell="/usr/sbin/nologin"), True, EXPECTED, None, False, 0o700,
+                                       ["/x is owned by 0:0"])
+    assert problems == ["the receiving account is locked", "its home directory is absent",
+                        "its shell is '/usr/sbin/nologin', not '/bin/sh'", "no group of its name",
+                        "the hub directory is 0o700", "/x is owned by 0:0"]
+    assert utils.receiver_problems(ACCOUNT, False, EXPECTED, 999, True, None, []) == ["the hub directory is absent"]
+
+
+def test_main_reads_the_receiver_as_the_role_leaves_it(tmp_path, capsys, monkeypatch):
+    """Every read real but getent: the current user stands for the receiving account."""
+    import grp
+    group = grp.getgrgid(os.getgid()).gr_name
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "authorized_keys").write_text('restrict ssh-ed25519 AAAAcopy dspark.cluster checkpoint copy\n')
+    hub = tmp_path / "hub"
+    (hub / "models--x" / "snapshots").mkdir(parents=True)
+    os.chmod(hub, 0o755)
+    passwd = "%s:x:%d:%d:%s:%s:/bin/sh\n" % (group, os.getuid(), os.getgid(), "recv", home)
+
+    def fake_run_command(self, argv, **kwargs):
+        return 0, passwd if argv[1] == "passwd" else group + ":*:1::::::\n", ""
+
+    monkeypatch.setattr(checkpoint_scp_info.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/" + name)
+    monkeypatch.setattr(checkpoint_scp_info.AnsibleModule, "run_command", fake_run_command)
+    args = {"user": group, "receiver": {"home": str(home), "comment": "recv", "hub": str(hub),
+                                        "model_dir": str(hub / "models--x")}}
+    code, result = run_main(args, capsys)
+    assert code == 0, result
+    receiver = result["receiver"]
+    assert receiver["ready"] is True and receiver["problems"] == [], receiver
+    assert receiver["copy_key_digests"] == [utils.key_digest("AAAAcopy")]
+    assert "AAAAcopy" not in json.dumps(result)
+    os.chmod(hub, 0o775)
+    code, result = run_main(dict(args, receiver=dict(args["receiver"], comment="other")), capsys)
+    assert result["receiver"]["ready"] is False
+    assert result["receiver"]["problems"] == ["its comment is 'recv', not 'other'", "the hub directory is 0o775"]
+
+
+def test_receiver_needs_the_user(capsys):
+    code, result = run_main({"receiver": {"home": "/h", "comment": "c", "hub": "/hub", "model_dir": "/hub/m"}}, capsys)
+    assert code == 1 and "receiver" in result["msg"]
