@@ -5,11 +5,13 @@
 
 Every round it runs `docker inspect` and `docker logs` of each member's serving container through that member's
 own Ansible connection (with the task's become, resolved per member as for a delegated host), and the module
-dspark.cluster.tp_api_probe on the head (through the head's connection) against the API on the head's loopback.
-The parts live in plugin_utils: _tp_plan (members, ranks, expected world), _tp_connections (the member
-connections), _tp_docker (commands and their parsing), _tp_logbuffer (logs merged across rounds), _tp_loglines /
-_tp_signatures / _tp_assess (what the logs say), _tp_api (the probe's arguments and verdict) and _tp_diagnosis
-(diagnoses, verdicts, result pieces).
+dspark.cluster.tp_api_probe on the head (through a connection to the head without become) against the API on the
+head's loopback. The parts live in plugin_utils: _tp_plan (members, ranks, expected world), _tp_connections (the
+member connections), _tp_docker (commands and their parsing), _tp_logbuffer (logs merged across rounds),
+_tp_loglines / _tp_signatures / _tp_assess (what the logs say), _tp_api (the probe's arguments and verdict) and
+_tp_diagnosis (diagnoses, verdicts, result pieces). This file uses only ActionBase's interface for action plugins;
+the ansible-core internals the member connections need (the action's play context, the task's id and keywords, a
+connection's shell plugin, ActionBase's command and module execution) are read in _ansible_private alone.
 """
 
 from __future__ import annotations

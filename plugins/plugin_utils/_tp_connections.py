@@ -15,10 +15,13 @@ connection of their own: they need no privilege, and a module run as an unprivil
 Ansible's temporary files. The connections are kept for the whole poll (ssh ControlPersist makes each command
 cheap; the two connections of a member share its master) and closed at the end.
 
-Only public plugin APIs: ``connection_loader``, ``become_loader`` and ``get_plugin_loader_namespace`` (what the
-strategy hands every action as its shared loader), ``ConnectionBase`` (``set_options``, ``set_become_plugin``,
-``close``), ``BecomeBase.set_options``, ``C.config.get_plugin_vars`` and ActionBase's command and module execution;
-the plugins' variables are picked here (``plugin_var_options``), not by a plugin's private resolver.
+Public APIs: ``connection_loader``, ``become_loader``, ``action_loader`` (the ``normal`` action built on a member's
+connection, whose ActionBase runs that member's commands and modules) and ``get_plugin_loader_namespace`` (the
+strategy's shared loader); the plugins' ``set_options``, ``option_definitions`` (the variables a plugin reads) and
+``set_become_plugin``; ``PlayContext.copy``. The plugins' variables are picked here (``plugin_var_options``), not
+by a plugin's private resolver. What has no public API goes through ``_ansible_private``: the action's task,
+connection, play context, loader and templar, the task's id and keywords, a connection's shell plugin, and
+ActionBase's command and module execution.
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ from ansible import constants as C
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import ActionBase
 from ansible.plugins import loader as plugin_loader
-from ansible.plugins.loader import become_loader, connection_loader
+from ansible.plugins.loader import action_loader, become_loader, connection_loader
 from ansible.utils.display import Display
+
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _ansible_private as core_private
 
 display = Display()
 
@@ -41,6 +45,14 @@ BASE_CONNECTION_VARS = ("inventory_hostname", "ansible_host", "ansible_connectio
                         "ansible_become", "ansible_become_method")
 # The member variables a module run reads besides the connection's (interpreter choice and its discovery).
 MODULE_VARS = ("inventory_hostname", "ansible_python_interpreter", "ansible_interpreter_python_fallback")
+# The action whose ActionBase helpers run a member's commands and modules (never its run()): what TaskExecutor gives
+# a module without an action plugin of its own.
+RUNNER_ACTION = "ansible.legacy.normal"
+
+
+def option_vars(plugin):
+    """The variables a plugin reads its options from: the ``vars`` of its option definitions."""
+    return set(var["name"] for option in plugin.option_definitions.values() for var in option.get("vars") or ())
 
 
 def plugin_var_options(plugin, plugin_vars, member_vars):
@@ -66,20 +78,11 @@ def wants_become(member_vars, task_become):
     return boolean(value, strict=False) if value is not None else bool(task_become)
 
 
-class _ModuleRunner(ActionBase):
-    """ActionBase bound to one member's connection: only its command and module execution are used."""
-
-    TRANSFERS_FILES = False
-
-    def run(self, tmp=None, task_vars=None):
-        raise NotImplementedError("used for _low_level_execute_command and _execute_module only")
-
-
 class MemberConnections:
     """One connection per member of a serving group; ``action`` is the running action plugin."""
 
     def __init__(self, action, hostvars, own_host):
-        self._action = action
+        self._parts = core_private.action_parts(action)
         self._hostvars = hostvars
         self._own_host = own_host
         self._built = {}
@@ -97,8 +100,8 @@ class MemberConnections:
         found.setdefault("inventory_hostname", host)
         return found
 
-    def _play_context(self, host, name, become=False, censored=False):
-        play_context = self._action._play_context.copy()
+    def _context_for(self, host, name, become=False, censored=False):
+        play_context = self._parts.play_context.copy()
         play_context.connection = name
         play_context.remote_addr = self._member_vars(host, ("ansible_host",)).get("ansible_host") or host
         play_context.become = become
@@ -110,46 +113,46 @@ class MemberConnections:
 
     def _task_keys(self):
         """The task's keywords as TaskExecutor hands them to a member's plugins."""
-        action = self._action
-        task_keys = action._task.dump_attrs()
-        task_keys = dict(task_keys) if isinstance(task_keys, dict) else {}
+        play_context = self._parts.play_context
+        task_keys = core_private.task_keywords(self._parts.task)
         # As TaskExecutor: 'timeout' is the connection timeout, the passwords come via the play context.
-        task_keys["timeout"] = action._play_context.timeout
-        if action._play_context.password:
-            task_keys["password"] = action._play_context.password
-        if action._play_context.become_pass:
-            task_keys["become_pass"] = action._play_context.become_pass
+        task_keys["timeout"] = play_context.timeout
+        if play_context.password:
+            task_keys["password"] = play_context.password
+        if play_context.become_pass:
+            task_keys["become_pass"] = play_context.become_pass
         task_keys.pop("retries", None)
         return task_keys
 
     def _become(self, host, first, task_keys):
         """The member's become plugin with its own options, or None when its commands do not become."""
-        task = self._action._task
+        task = self._parts.task
         if not wants_become(first, task.become):
             return None
         method = first.get("ansible_become_method") or task.become_method
         become = become_loader.get(method)
         if not become:
             raise AnsibleError("the become plugin '%s' (for %s) was not found" % (method, host))
-        become_vars = set(C.config.get_plugin_vars("become", become._load_name))
+        become_vars = option_vars(become)
         become.set_options(task_keys=task_keys, var_options=plugin_var_options(
             become, become_vars, self._member_vars(host, sorted(become_vars))))
         return become
 
     def _build(self, host, become):
-        action = self._action
+        task = self._parts.task
         first = self._member_vars(host, BASE_CONNECTION_VARS)
-        name = first.get("ansible_connection") or action._task.connection or C.DEFAULT_TRANSPORT
+        name = first.get("ansible_connection") or task.connection or C.DEFAULT_TRANSPORT
         if name == "smart":
             name = "ssh"
-        conn = connection_loader.get(name, self._play_context(host, name, become is not None, censored=True),
-                                     new_stdin=None, task_uuid=action._task._uuid,
+        conn = connection_loader.get(name, self._context_for(host, name, become is not None, censored=True),
+                                     new_stdin=None, task_uuid=core_private.task_uuid(task),
                                      ansible_playbook_pid=to_text(os.getppid()))
         if not conn:
             raise AnsibleError("the connection plugin '%s' (for %s) was not found" % (name, host))
         conn.set_become_plugin(become)
-        conn_vars = set(C.config.get_plugin_vars("connection", conn._load_name))
-        shell_vars = set(C.config.get_plugin_vars("shell", conn._shell._load_name))
+        shell = core_private.connection_shell(conn)
+        conn_vars = option_vars(conn)
+        shell_vars = option_vars(shell)
         names = set(BASE_CONNECTION_VARS) | conn_vars | shell_vars
         if getattr(conn, "allow_extras", False):
             prefix = "ansible_%s_" % conn.extras_prefix
@@ -157,8 +160,8 @@ class MemberConnections:
         member_vars = self._member_vars(host, sorted(names))
         task_keys = self._task_keys()
         conn.set_options(task_keys=task_keys, var_options=plugin_var_options(conn, conn_vars, member_vars))
-        conn._shell.set_options(task_keys=task_keys,
-                                var_options=dict((k, v) for k, v in member_vars.items() if k in shell_vars))
+        shell.set_options(task_keys=task_keys,
+                          var_options=dict((k, v) for k, v in member_vars.items() if k in shell_vars))
         return conn
 
     def get(self, host, for_module=False):
@@ -167,8 +170,8 @@ class MemberConnections:
         no_log task; TaskExecutor gave it the task's become, so modules use it only when it has none)."""
         if host not in self._hostvars:
             raise AnsibleError("%s is not in the inventory" % host)
-        own = self._action._connection
-        if host == self._own_host and own is not None and self._action._play_context.no_log:
+        own = self._parts.connection
+        if host == self._own_host and own is not None and self._parts.play_context.no_log:
             if not for_module or getattr(own, "become", None) is None:
                 return own
         if for_module:
@@ -184,15 +187,19 @@ class MemberConnections:
         return self._built[key]
 
     def _runner(self, host, for_module=False):
-        """ActionBase on one of the member's connections (built on first use), which runs its commands or modules."""
+        """The RUNNER_ACTION on one of the member's connections (built on first use): runs its commands or modules."""
         key = (host, for_module)
         if key not in self._runners:
-            action = self._action
+            parts = self._parts
             conn = self.get(host, for_module)
-            transport = getattr(conn, "transport", None) or action._play_context.connection
-            self._runners[key] = _ModuleRunner(
-                action._task, conn, self._play_context(host, transport, getattr(conn, "become", None) is not None),
-                action._loader, action._templar, plugin_loader.get_plugin_loader_namespace())
+            transport = getattr(conn, "transport", None) or parts.play_context.connection
+            self._runners[key] = action_loader.get(
+                RUNNER_ACTION, task=parts.task, connection=conn,
+                play_context=self._context_for(host, transport, getattr(conn, "become", None) is not None),
+                loader=parts.loader, templar=parts.templar,
+                shared_loader_obj=plugin_loader.get_plugin_loader_namespace())
+            if not self._runners[key]:
+                raise AnsibleError("the action plugin '%s' was not found" % RUNNER_ACTION)
         return self._runners[key]
 
     def run(self, host, command, in_data=None):
@@ -205,8 +212,7 @@ class MemberConnections:
         except AnsibleError as exc:
             return None, "", to_text(exc)
         try:
-            res = runner._low_level_execute_command(command, sudoable=True, in_data=data,
-                                                    encoding_errors="surrogate_or_replace")
+            res = core_private.execute_command(runner, command, data)
         except AnsibleConnectionFailure as exc:
             return None, "", to_text(exc)
         except AnsibleError as exc:
@@ -221,7 +227,7 @@ class MemberConnections:
             facts = raw["ansible_facts"] if "ansible_facts" in raw else None
             found["ansible_facts"] = dict((k, v) for k, v in (facts or {}).items()
                                           if k.startswith("discovered_interpreter_"))
-            delegate_to = self._action._task.delegate_to
+            delegate_to = self._parts.task.delegate_to
             if delegate_to:
                 # ActionBase reads a delegated task's interpreter from the delegated host's variables.
                 found["ansible_delegated_vars"] = {delegate_to: found}
@@ -232,8 +238,7 @@ class MemberConnections:
         """Run a module on ``host`` (never with become); its result, or {unreachable, msg} when it could not run."""
         try:
             runner = self._runner(host, for_module=True)
-            result = runner._execute_module(module_name=module_name, module_args=dict(module_args),
-                                            task_vars=self._vars_for_module(host))
+            result = core_private.execute_module(runner, module_name, dict(module_args), self._vars_for_module(host))
         except AnsibleError as exc:
             return {"unreachable": True, "failed": True, "msg": to_text(exc)}
         result.pop("ansible_facts", None)       # discovered interpreter of another host: not the task host's fact

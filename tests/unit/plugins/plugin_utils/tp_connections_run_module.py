@@ -25,20 +25,17 @@ def main():
     from ansible.parsing.dataloader import DataLoader
     from ansible.playbook.play_context import PlayContext
     from ansible.playbook.task import Task
-    from ansible.plugins.action import ActionBase
+    from ansible.plugins.loader import action_loader
     from ansible.template import Templar
     from ansible_collections.dspark.cluster.plugins.plugin_utils._tp_connections import MemberConnections
-
-    class Action(ActionBase):
-        def run(self, tmp=None, task_vars=None):
-            raise NotImplementedError
 
     spec = json.load(sys.stdin)
     task = Task()
     task.args = {}
     task.delegate_to = spec.get('delegate_to')
-    action = Action(task, None, PlayContext(), loader=DataLoader(), templar=Templar(loader=DataLoader()),
-                    shared_loader_obj=None)
+    # The running action (without a connection of its own: every module here runs on a member connection).
+    action = action_loader.get('ansible.legacy.normal', task=task, connection=None, play_context=PlayContext(),
+                               loader=DataLoader(), templar=Templar(loader=DataLoader()), shared_loader_obj=None)
     members = MemberConnections(action, spec['hostvars'], spec.get('own_host'))
     try:
         results = [members.run_module(host, module, args) for host, module, args in spec['calls']]
