@@ -17,6 +17,7 @@ tests feed it canned answers.
   the role does not reach the tasks that write them.
 """
 
+import errno
 import json
 import os
 import re
@@ -58,10 +59,13 @@ def file_sha256(path):
 
 
 def file_current(path, sha256=None, mode=None, kind='file'):
-    """Whether ``path`` is a regular file (or a directory) with that content digest and mode (each when given)."""
+    """Whether ``path`` is a regular file (or a directory) with that content digest and mode (each when given);
+    with kind 'absent', whether nothing is there."""
     try:
         info = os.lstat(path)
-    except OSError:
+    except OSError as e:
+        return kind == 'absent' and e.errno == errno.ENOENT
+    if kind == 'absent':
         return False
     if kind == 'directory':
         if not stat.S_ISDIR(info.st_mode):

@@ -125,9 +125,9 @@ options:
         description: The wanted octal mode, e.g. C("0600") (not compared when omitted).
         type: str
       kind:
-        description: A regular file or a directory.
+        description: A regular file or a directory; V(absent) is current when nothing is at O(files[].path).
         type: str
-        choices: [file, directory]
+        choices: [file, directory, absent]
         default: file
   units:
     description:
@@ -288,7 +288,7 @@ def main():
                 path=dict(type='path', required=True),
                 sha256=dict(type='str'),
                 mode=dict(type='str'),
-                kind=dict(type='str', choices=['file', 'directory'], default='file'),
+                kind=dict(type='str', choices=['file', 'directory', 'absent'], default='file'),
             )),
             units=dict(type='list', elements='str', default=[]),
             active_units=dict(type='list', elements='str', default=[]),

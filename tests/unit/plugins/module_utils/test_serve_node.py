@@ -88,6 +88,11 @@ def test_file_current_compares_content_mode_and_kind(tmp_path):
     os.chmod(str(tmp_path), 0o755)
     assert sn.file_current(str(tmp_path), None, "0755", "directory")
     assert not sn.file_current(str(path), None, None, "directory")
+    # absent: current only when nothing is there (a dangling link is something)
+    assert sn.file_current(str(tmp_path / "absent"), kind="absent")
+    assert not sn.file_current(str(path), kind="absent") and not sn.file_current(str(tmp_path), kind="absent")
+    os.symlink(str(tmp_path / "nowhere"), str(tmp_path / "dangling"))
+    assert not sn.file_current(str(tmp_path / "dangling"), kind="absent")
 
 
 def test_tree_held(tmp_path):
