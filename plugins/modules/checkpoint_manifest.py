@@ -104,6 +104,13 @@ options:
       - Set to V(false) for single-file checkpoints without an index.
     type: bool
     default: true
+  records:
+    description:
+      - Files outside the model directory (the checkpoint role's verified stamp and files record) whose content
+        digest, mode and owner RV(records) returns, so that the caller rewrites only those that differ. Read only.
+    type: list
+    elements: path
+    default: []
   hostile_scan:
     description:
       - With O(state=verified), once the snapshot verified, also list in RV(hostile) every entry of the model's
@@ -310,6 +317,14 @@ report:
   returned: always
   type: str
   sample: "deepseek-ai/DeepSeek-V4-Flash@0123456789ab: OK, 52 files verified (0 hashed, 52 unchanged since the last verification)"
+records:
+  description:
+    - O(records) -> its content's sha256, octal mode, uid and gid; null when it is absent, unreadable or not a
+      regular file.
+  returned: success and failure, with O(state=built) or O(state=verified)
+  type: dict
+  sample: {"/var/lib/dspark/checkpoint/models--org--name-0123.verified.json": {"sha256": "9f86d0...", "mode": "0644",
+           "uid": 0, "gid": 0}}
 hostile:
   description:
     - With O(hostile_scan), the entries only a hostile sender makes, each as C(MODE OWNER PATH); empty when none.
@@ -328,8 +343,10 @@ details:
   type: dict
 """
 
+import hashlib
 import json
 import os
+import stat
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -385,6 +402,20 @@ def write_atomic(module, path, text):
             os.unlink(tmp)
 
 
+def file_record(path):
+    """A small regular file's sha256 (hex), octal mode, uid and gid; None when it is absent, unreadable or no
+    regular file (links not followed)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        with open(path, 'rb') as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    except (IOError, OSError):
+        return None
+    return {'sha256': digest, 'mode': '%04o' % stat.S_IMODE(st.st_mode), 'uid': st.st_uid, 'gid': st.st_gid}
+
+
 def run(module):
     p = module.params
     model = p['model']
@@ -393,6 +424,9 @@ def run(module):
         # Keep our own files out of the model directory: the snapshot must stay exactly as copied.
         if p[option] and os.path.realpath(p[option]).startswith(repo + os.sep):
             raise CheckpointError('%s %s is inside the model directory %s' % (option, p[option], repo), 'invalid_argument')
+    for path in p['records']:
+        if os.path.realpath(path).startswith(repo + os.sep):
+            raise CheckpointError('records: %s is inside the model directory %s' % (path, repo), 'invalid_argument')
     if p['state'] == 'rechecked':
         return run_recheck(module, model)
     state_path = p['state_path'] or (p['manifest_path'] + '.state.json' if p['manifest_path'] else None)
@@ -425,7 +459,8 @@ def run(module):
     previous_state = read_json(state_path) if state_path else None
     records = state_entries(previous_state, snap)
     result = dict(model=model, revision=revision, snapshot=snap, refs_main=refs_main,
-                  manifest_path=p['manifest_path'], state_path=state_path, state_written=False, index=None)
+                  manifest_path=p['manifest_path'], state_path=state_path, state_written=False, index=None,
+                  records=dict((path, file_record(path)) for path in p['records']))
 
     if p['state'] == 'built':
         if not os.path.isdir(os.path.dirname(p['manifest_path']) or '.'):
@@ -515,6 +550,7 @@ def main():
             full=dict(type='bool', default=False),
             require_index=dict(type='bool', default=True),
             hostile_scan=dict(type='bool', default=False),
+            records=dict(type='list', elements='path', default=[]),
         ),
         mutually_exclusive=[('manifest_path', 'manifest'), ('files_path', 'manifest'), ('files_path', 'manifest_path')],
         required_if=[('state', 'built', ('manifest_path',)), ('state', 'verified', ('manifest_path', 'manifest'), True),

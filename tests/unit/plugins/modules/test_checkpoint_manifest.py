@@ -1,5 +1,6 @@
 """checkpoint_manifest module: main() on fake HF caches (source and a copied target), with patched module args."""
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -306,3 +307,25 @@ def test_verified_hostile_scan_only_after_a_passed_verification(capsys, source, 
     os.unlink(os.path.join(target["snapshot"], SHARD))
     rc, out = check(capsys, target, hostile_scan=True)
     assert rc == 1 and out["code"] == "incomplete" and "hostile" not in out
+
+
+def test_records_report_content_digest_mode_and_owner_of_the_stamp_files(capsys, source, target, tmp_path):
+    build(capsys, source)
+    publish(source, target)
+    stamp = tmp_path / "tgt" / "stamp.json"
+    stamp.write_text("{}\n")
+    os.chmod(str(stamp), 0o640)
+    os.symlink(str(stamp), str(tmp_path / "tgt" / "link.json"))
+    paths = [str(stamp), str(tmp_path / "tgt" / "absent.json"), str(tmp_path / "tgt" / "link.json")]
+    rc, out = check(capsys, target, records=paths)
+    assert rc == 0
+    st = os.stat(str(stamp))
+    assert out["records"] == {paths[0]: {"sha256": hashlib.sha256(b"{}\n").hexdigest(), "mode": "0640",
+                                         "uid": st.st_uid, "gid": st.st_gid},
+                              paths[1]: None, paths[2]: None}
+    # Also when the verification fails, and never a path inside the model directory.
+    os.unlink(os.path.join(target["snapshot"], SHARD))
+    rc, out = check(capsys, target, records=paths[:1])
+    assert rc == 1 and out["records"][paths[0]]["mode"] == "0640"
+    rc, out = check(capsys, target, records=[os.path.join(target["snapshot"], "config.json")])
+    assert rc == 1 and out["code"] == "invalid_argument" and "records" in out["msg"]
