@@ -15,9 +15,11 @@ callable ``(argv) -> (rc, stdout, stderr)`` (AnsibleModule.run_command in the mo
 - ``docker compose version --short`` (compose v2 answers as a docker plugin).
 """
 
+import hashlib
 import json
 import os
 import re
+import stat
 
 DOCKER_CLI = '/usr/bin/docker'
 UNIT_PROPERTIES = 'ActiveState,ActiveEnterTimestamp,NeedDaemonReload,UnitFileState'
@@ -39,6 +41,20 @@ def file_stats(paths):
             continue
         results.append({'item': path, 'stat': {'exists': True, 'mtime': found.st_mtime}})
     return results
+
+
+def file_digest(path):
+    """{"sha256", "mode"} of a regular file (links followed, as copy writes through them), None when absent or
+    unreadable. Only for files whose content the module returns anyway (daemon.json)."""
+    try:
+        with open(path, 'rb') as handle:
+            digest = hashlib.sha256(handle.read()).hexdigest()
+            found = os.fstat(handle.fileno())
+    except OSError:
+        return None
+    if not stat.S_ISREG(found.st_mode):
+        return None
+    return {'sha256': digest, 'mode': '%04o' % stat.S_IMODE(found.st_mode)}
 
 
 def read_daemon_json(path):
@@ -92,6 +108,7 @@ def read_state(run_command, daemon_json, files, exists=None, docker=None):
     result = {
         'cli': cli,
         'daemon_json': read_daemon_json(daemon_json),
+        'daemon_json_file': file_digest(daemon_json),
         'config_stats': file_stats(files),
         'unit': '',
         'running': [],

@@ -72,6 +72,12 @@ daemon_json:
   type: dict
   returned: always
   sample: {"log-driver": "json-file", "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}
+daemon_json_file:
+  description: The sha256 and octal mode of O(daemon_json) (the role rewrites it only when they differ from what it
+    would write); null when absent.
+  type: dict
+  returned: always
+  sample: {"sha256": "0ba4b0e9c0f1...", "mode": "0644"}
 config_stats:
   description: One entry per O(files), in the shape of an C(ansible.builtin.stat) loop's results.
   type: list

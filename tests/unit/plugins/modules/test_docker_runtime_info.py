@@ -1,6 +1,7 @@
 """docker_runtime_info module (plugins/module_utils/docker_runtime_info.py): the reads of the docker_runtime role in one
 run, against fake files and a fake run_command."""
 
+import hashlib
 import json
 import os
 
@@ -51,6 +52,19 @@ def test_a_converged_node_is_read_in_one_go(tmp_path):
     assert state["compose_version"] == "2.33.1" and state["compose_problem"] == ""
     assert ["systemctl", "show", "docker.service", "--timestamp=us+utc",
             "--property=ActiveState,ActiveEnterTimestamp,NeedDaemonReload,UnitFileState"] in run.calls
+
+
+def test_daemon_json_digest_and_mode_let_the_role_skip_an_unchanged_write(tmp_path):
+    daemon = tmp_path / "daemon.json"
+    text = json.dumps({"log-driver": "json-file"}, indent=4)
+    daemon.write_text(text)
+    os.chmod(str(daemon), 0o644)
+    state = info.read_state(fake(HEALTHY), str(daemon), [], exists=lambda path: True)
+    assert state["daemon_json_file"] == {"sha256": hashlib.sha256(text.encode()).hexdigest(), "mode": "0644"}
+    os.chmod(str(daemon), 0o600)
+    assert info.file_digest(str(daemon))["mode"] == "0600"
+    assert info.read_state(fake(HEALTHY), str(tmp_path / "absent.json"), [], exists=lambda path: True)["daemon_json_file"] is None
+    assert info.file_digest(str(tmp_path)) is None
 
 
 def test_the_stats_feed_the_restart_reason_filter(tmp_path):
