@@ -57,6 +57,24 @@ def file_digest(path):
     return {'sha256': digest, 'mode': '%04o' % stat.S_IMODE(found.st_mode)}
 
 
+def docker_group_users(group='docker'):
+    """The accounts that exist and are listed members of ``group`` in the group database ([] without the group)."""
+    import grp
+    import pwd
+    try:
+        members = grp.getgrnam(group).gr_mem
+    except KeyError:
+        return []
+    found = []
+    for name in members:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        found.append(name)
+    return sorted(found)
+
+
 def read_daemon_json(path):
     """daemon.json as a dict ({} when the file is absent); StateError when it is not a JSON object."""
     try:
@@ -110,6 +128,7 @@ def read_state(run_command, daemon_json, files, exists=None, docker=None):
         'daemon_json': read_daemon_json(daemon_json),
         'daemon_json_file': file_digest(daemon_json),
         'config_stats': file_stats(files),
+        'docker_group_users': docker_group_users(),
         'unit': '',
         'running': [],
         'live_restore': False,

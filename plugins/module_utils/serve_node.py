@@ -58,6 +58,17 @@ def file_sha256(path):
         return None
 
 
+def file_digest(path):
+    """{"sha256", "mode"} of a regular file (links not followed), None when absent or no regular file. Only for files
+    that hold no secret: the digest is returned."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    digest = file_sha256(path) if stat.S_ISREG(info.st_mode) else None
+    return {'sha256': digest, 'mode': '%04o' % stat.S_IMODE(info.st_mode)} if digest else None
+
+
 def file_current(path, sha256=None, mode=None, kind='file'):
     """Whether ``path`` is a regular file (or a directory) with that content digest and mode (each when given);
     with kind 'absent', whether nothing is there."""
@@ -257,6 +268,7 @@ def read_node(params, run):
 
     result['files'] = dict((f['path'], file_current(f['path'], f.get('sha256'), f.get('mode'), f.get('kind') or 'file'))
                            for f in p.get('files') or [])
+    result['digests'] = dict((path, file_digest(path)) for path in p.get('digests') or [])
     result['units'] = {}
     for unit in p.get('units') or []:
         # Only `enabled` counts: anything else (disabled, static, enabled-runtime, no systemd) goes to the role's task.

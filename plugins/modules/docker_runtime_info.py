@@ -78,6 +78,12 @@ daemon_json_file:
   type: dict
   returned: always
   sample: {"sha256": "0ba4b0e9c0f1...", "mode": "0644"}
+docker_group_users:
+  description: The existing accounts listed as members of the C(docker) group (the role adds only the others).
+  type: list
+  elements: str
+  returned: always
+  sample: [spark]
 config_stats:
   description: One entry per O(files), in the shape of an C(ansible.builtin.stat) loop's results.
   type: list

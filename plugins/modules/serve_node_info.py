@@ -129,6 +129,13 @@ options:
         type: str
         choices: [file, directory, absent]
         default: file
+  digests:
+    description:
+      - Files that hold no secret (the compose file) whose content sha256 and octal mode RV(digests) returns, so that
+        the role writes them only when they differ from what it would write.
+    type: list
+    elements: path
+    default: []
   units:
     description:
       - systemd units whose C(systemctl is-enabled) answer must be C(enabled).
@@ -229,6 +236,11 @@ files:
   description: Path -> whether it has the wanted kind, digest and mode.
   type: dict
   returned: always
+digests:
+  description: O(digests) path -> its content's sha256 and octal mode, null when absent or not a regular file.
+  type: dict
+  returned: always
+  sample: {"/etc/dspark/serve/compose.yaml": {"sha256": "5d41402abc4b...", "mode": "0644"}}
 units:
   description: Unit -> whether C(systemctl is-enabled) says C(enabled).
   type: dict
@@ -292,6 +304,7 @@ def main():
             )),
             units=dict(type='list', elements='str', default=[]),
             active_units=dict(type='list', elements='str', default=[]),
+            digests=dict(type='list', elements='path', default=[]),
             timeout=dict(type='int', default=60),
         ),
         supports_check_mode=True,

@@ -95,6 +95,16 @@ def test_file_current_compares_content_mode_and_kind(tmp_path):
     assert not sn.file_current(str(tmp_path / "dangling"), kind="absent")
 
 
+def test_file_digest_of_a_regular_file_only(tmp_path):
+    path = tmp_path / "compose.yaml"
+    path.write_text("name: x\n")
+    os.chmod(str(path), 0o644)
+    assert sn.file_digest(str(path)) == {"sha256": sha("name: x\n"), "mode": "0644"}
+    os.symlink(str(path), str(tmp_path / "link"))
+    assert sn.file_digest(str(tmp_path / "link")) is None
+    assert sn.file_digest(str(tmp_path / "absent")) is None and sn.file_digest(str(tmp_path)) is None
+
+
 def test_tree_held(tmp_path):
     (tmp_path / "patches").mkdir()
     (tmp_path / "patches" / "a.py").write_text("a\n")

@@ -67,6 +67,16 @@ def test_daemon_json_digest_and_mode_let_the_role_skip_an_unchanged_write(tmp_pa
     assert info.file_digest(str(tmp_path)) is None
 
 
+def test_docker_group_users_are_existing_listed_members(monkeypatch):
+    import grp
+    import pwd
+    groups = {"docker": grp.struct_group(("docker", "x", 999, ["spark", "ghost", "admin"]))}
+    monkeypatch.setattr(grp, "getgrnam", lambda name: groups[name])
+    monkeypatch.setattr(pwd, "getpwnam", lambda name: {"spark": 1, "admin": 2}[name])
+    assert info.docker_group_users() == ["admin", "spark"]
+    assert info.docker_group_users("absent") == []
+
+
 def test_the_stats_feed_the_restart_reason_filter(tmp_path):
     daemon = tmp_path / "daemon.json"
     daemon.write_text("{}")

@@ -16,7 +16,8 @@ def test_main_reads_and_changes_nothing(tmp_path, capsys):
             "recheck": {"model": "org/m", "revision": "a" * 40, "cache_dir": str(tmp_path / "hf"),
                         "files_path": str(tmp_path / "files.json")},
             "firewall_table": "dspark_serve", "nft_path": str(tmp_path / "no-nft"),
-            "files": [{"path": str(tmp_path / "absent"), "mode": "0600"}], "timeout": 5}
+            "files": [{"path": str(tmp_path / "absent"), "mode": "0600"}, {"path": str(tmp_path / "keys"), "kind": "absent"}],
+            "digests": [str(tmp_path / "compose.yaml")], "timeout": 5}
     with patch_module_args(args):
         with pytest.raises(SystemExit) as exit_info:
             serve_node_info.main()
@@ -25,7 +26,9 @@ def test_main_reads_and_changes_nothing(tmp_path, capsys):
     assert result["changed"] is False and result["docker"] is False and result["image"]["id"] is None
     assert result["snapshot_isdir"] is True and result["stamp"] == {}
     assert result["recheck"]["ok"] is False and "no verification record" in result["recheck"]["msg"]
-    assert result["firewall"]["nft"] is False and result["files"] == {str(tmp_path / "absent"): False}
+    assert result["firewall"]["nft"] is False
+    assert result["files"] == {str(tmp_path / "absent"): False, str(tmp_path / "keys"): True}
+    assert result["digests"] == {str(tmp_path / "compose.yaml"): None}
     assert list(tmp_path.iterdir()) == [tmp_path / "snap"]
 
 
