@@ -91,20 +91,18 @@ class FakeRunner:
 
 
 def make_watch(tmp_path, script, groups=("g",), policy=POLICY, now=None, routers=(), no_router=False):
-    args = types.SimpleNamespace(extra_vars=["@x.yml"], parallel=1, no_router=no_router)
-    inv = types.SimpleNamespace(hosts_of=lambda group: list(routers) if group == "dspark_router" else [])
-
     def spec(ident, folder, playbook, limit, extra):
         return RunSpec(ident=ident, playbook=os.path.join(str(tmp_path), playbook), inventory="inv",
                        project_dir=str(tmp_path), artifacts_dir=folder, private_dir=str(tmp_path), limit=limit,
                        args=extra)
 
-    ctx = types.SimpleNamespace(groups=list(groups), args=args, artifacts=str(tmp_path / "art"), spec=spec, inv=inv)
     clock = now or types.SimpleNamespace(t=1000.0)
     runner = FakeRunner(script)
     said = []
-    w = watch.Watch(ctx, policy, journal.Journal(str(tmp_path / "journal.jsonl"), clock=lambda: clock.t),
-                    str(tmp_path), said.append, runner=runner, clock=lambda: clock.t)
+    w = watch.Watch(list(groups), spec, str(tmp_path / "art"), policy,
+                    journal.Journal(str(tmp_path / "journal.jsonl"), clock=lambda: clock.t), str(tmp_path), said.append,
+                    extra_vars=["@x.yml"], router=watch.uses_router(no_router, list(routers)), runner=runner,
+                    clock=lambda: clock.t)
     w.clock_holder = clock
     return w, runner, said, clock
 

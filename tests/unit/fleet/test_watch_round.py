@@ -4,7 +4,6 @@ group's failure never marks another broken), locked groups left out of the run, 
 serving groups' locks released before the broken ones are restarted."""
 
 import os
-import types
 
 from dspark_fleet import journal, locks, watch
 from dspark_fleet.events import SplitEvents
@@ -49,7 +48,7 @@ def stats():
 
 
 def fold(events, groups=("a", "b"), members=None):
-    split = SplitEvents(groups, watch.host_groups(types.SimpleNamespace(members=members or MEMBERS), groups))
+    split = SplitEvents(groups, watch.host_groups(members or MEMBERS, groups))
     for event in events:
         split.feed(event)
     return split
@@ -104,7 +103,7 @@ def test_judge_group_a_proof_with_a_standing_failure_of_its_own_is_broken():
 
 def two_groups(tmp_path, script, groups=("a", "b"), routers=()):
     w, runner, said, clock = make_watch(tmp_path, script, groups=groups, routers=routers)
-    w.ctx.inv.members = MEMBERS
+    w.members = MEMBERS
     return w, runner, said, clock
 
 
@@ -144,7 +143,7 @@ def test_isolation_one_groups_failure_never_marks_another_broken(tmp_path):
 def test_locked_groups_are_left_out_of_the_run(tmp_path):
     w, runner, said, clock = make_watch(tmp_path, {("a,c", "check"): [("successful", play() + [
         proof_ok("a0"), proof_ok("c0")])]}, groups=("a", "b", "c"))
-    w.ctx.inv.members = MEMBERS
+    w.members = MEMBERS
     held = locks.GroupLock(str(tmp_path), "b", "reprovision")
     assert held.acquire()
     try:

@@ -275,6 +275,9 @@ class Context:
         except fingerprint.ExtraVarsError as exc:
             raise UsageError(str(exc)) from None
         self.tags = getattr(args, "tags", None)
+        self.extra_vars = tuple(args.extra_vars)
+        self.state_dir = locks.state_dir(args.state_dir)
+        self.routers = self.inv.hosts_of(rolling.ROUTER_GROUP)
         # reprovision: the image and revision each group's run uses, and where the proven ones are recorded.
         self.store = proven.Store(locks.state_dir(args.state_dir)) if self.subcommand == "reprovision" else None
         self.configs = (dict((g, proven.config_of(self.inv, g, args.extra_vars)) for g in self.groups)

@@ -152,9 +152,9 @@ def judge_group(run_result, events):
     return judge_run(run_result, events)
 
 
-def host_groups(inv, groups):
-    """host -> group for the members of `groups` (the fleet inventory's; {} when it lists none)."""
-    members = getattr(inv, "members", None) or {}
+def host_groups(members, groups):
+    """host -> group for the members of `groups` (`members`: {group: [host]}, the inventory's)."""
+    members = members or {}
     out = {}
     for group in groups:
         for host in members.get(group) or []:
@@ -271,9 +271,27 @@ class Stopper:
         self.request_stop()
 
 
+def uses_router(no_router, routers):
+    """Whether a broken group is drained at the router: there is one and --no-router was not given."""
+    return not no_router and bool(routers)
+
+
 class Watch:
-    def __init__(self, ctx, policy, journal, state_dir, say, runner=None, clock=time.time, keep_ok=False):
-        self.ctx = ctx
+    """The supervisor's rounds over `groups`. `spec(ident, folder, playbook, limit, args)` makes a RunSpec of the
+    project; `extra_vars`: -e as given; `members`: {group: [host]} (the round's check splits its events by them);
+    `router`: drain and enable broken groups (uses_router); `parallel`: broken groups followed up at once; `keep`:
+    (rounds, days) of earlier rounds' artifacts under `artifacts`."""
+
+    def __init__(self, groups, spec, artifacts, policy, journal, state_dir, say, extra_vars=(), members=None,
+                 router=False, parallel=1, keep=(KEEP_ROUNDS, KEEP_DAYS), runner=None, clock=time.time,
+                 keep_ok=False):
+        self.groups = list(groups)
+        self.spec = spec
+        self.artifacts = artifacts
+        self.extra_vars = list(extra_vars)
+        self.members = members
+        self.parallel = parallel
+        self.keep = keep
         self.policy = policy
         self.journal = journal
         self.state_dir = state_dir
@@ -282,9 +300,9 @@ class Watch:
         self.clock = clock
         self.keep_ok = keep_ok
         self.stopper = Stopper()
-        self.states = journal_mod.summarize(journal.read(), ctx.groups)
+        self.states = journal_mod.summarize(journal.read(), self.groups)
         self.health = {}          # group -> "ok" | "broken" | "failed" | "locked" after the last round
-        self.router = not getattr(ctx.args, "no_router", False) and bool(ctx.inv.hosts_of(rolling.ROUTER_GROUP))
+        self.router = router
         self.lock = threading.Lock()
 
     def state(self, group):
@@ -300,24 +318,22 @@ class Watch:
 
     def play(self, group, folder, ident, playbook, extra, limit=True):
         args = []
-        for value in self.ctx.args.extra_vars:
+        for value in self.extra_vars:
             args += ["-e", value]
         args += extra
-        spec = self.ctx.spec(ident, folder, playbook, group if limit else None, args)
+        spec = self.spec(ident, folder, playbook, group if limit else None, args)
         events = GroupEvents()
         result = self.runner(spec, event_handler=events.feed, cancel_callback=self.stopper.event.is_set)
         return judge_run(result, events), spec
 
     def round_dir(self, number):
-        return os.path.join(self.ctx.artifacts, "round%05d" % number)
+        return os.path.join(self.artifacts, "round%05d" % number)
 
     def prune(self, number):
         """Before round `number`: earlier rounds' artifacts beyond --keep-rounds or older than --keep-days."""
-        args = self.ctx.args
-        keep = getattr(args, "keep_rounds", KEEP_ROUNDS)
-        days = getattr(args, "keep_days", KEEP_DAYS)
+        keep, days = self.keep
         try:
-            removed = prune(self.ctx.artifacts, keep, days * 86400.0, self.clock(), running=self.round_dir(number))
+            removed = prune(self.artifacts, keep, days * 86400.0, self.clock(), running=self.round_dir(number))
         except OSError as exc:
             self.say("could not prune old artifacts: %s" % exc)
             return []
@@ -331,7 +347,7 @@ class Watch:
         self.prune(number)
         held = {}
         try:
-            for group in list(self.ctx.groups):
+            for group in list(self.groups):
                 if self.stopper.event.is_set():
                     return
                 lock = self.take(group)
@@ -379,11 +395,11 @@ class Watch:
         group; None when the watch was stopped meanwhile (nothing journaled)."""
         folder = os.path.join(self.round_dir(number), CHECK_DIR)
         started = self.clock()
-        split = SplitEvents(groups, host_groups(self.ctx.inv, groups))
+        split = SplitEvents(groups, host_groups(self.members, groups))
         args = []
-        for value in self.ctx.args.extra_vars:
+        for value in self.extra_vars:
             args += ["-e", value]
-        spec = self.ctx.spec("check", folder, VERIFY, ",".join(groups), args)
+        spec = self.spec("check", folder, VERIFY, ",".join(groups), args)
         try:
             result = self.runner(spec, event_handler=split.feed, cancel_callback=self.stopper.event.is_set)
         except Exception as exc:  # pylint: disable=broad-except
@@ -427,7 +443,7 @@ class Watch:
             finally:
                 held[group].release()
 
-        workers = max(1, min(self.ctx.args.parallel, len(groups)))
+        workers = max(1, min(self.parallel, len(groups)))
         if workers == 1:
             for group in groups:
                 if self.stopper.event.is_set():
@@ -572,22 +588,25 @@ def write_marker(artifacts):
         json.dump({"pid": os.getpid(), "started": time.time()}, handle)
 
 
-def run(ctx, args, interrupts, prog):
-    """The `watch` subcommand; exit 0 when every group served at the last round, else 1; 0 when a watch without
-    --once/--rounds is stopped by a signal."""
-    write_marker(ctx.artifacts)
-    state_dir = locks.state_dir(args.state_dir)
+def run(sel, args, interrupts, prog):
+    """The `watch` subcommand over the Selection `sel` with watch's options `args`; exit 0 when every group served at
+    the last round, else 1; 0 when a watch without --once/--rounds is stopped by a signal."""
+    write_marker(sel.artifacts)
+    state_dir = sel.state_dir
     path = args.journal or journal_mod.default_path(state_dir)
     policy = Policy(max_restarts=args.max_restarts, window_s=args.window * 3600.0,
                     backoff_base_s=args.backoff_base, backoff_max_s=max(args.backoff_base, args.backoff_max))
-    watch = Watch(ctx, policy, journal_mod.Journal(path), state_dir, prog.message)
+    watch = Watch(sel.groups, sel.spec, sel.artifacts, policy, journal_mod.Journal(path), state_dir, prog.message,
+                  extra_vars=sel.extra_vars, members=sel.inv.members, parallel=args.parallel,
+                  router=uses_router(args.no_router, sel.routers),
+                  keep=(args.keep_rounds, args.keep_days))
     interrupts.fleet = watch.stopper
     if interrupts.count:
         watch.stopper.request_stop(interrupts.reason)
     rounds = 1 if args.once else args.rounds
-    watch.record("watch_start", None, groups=list(ctx.groups), interval_s=args.interval, rounds=rounds,
+    watch.record("watch_start", None, groups=list(sel.groups), interval_s=args.interval, rounds=rounds,
                  max_restarts=policy.max_restarts, window_h=args.window, backoff_base_s=policy.backoff_base_s,
-                 pid=os.getpid(), artifacts=ctx.artifacts)
+                 pid=os.getpid(), artifacts=sel.artifacts)
     prog.message("journal: %s; locks: %s" % (path, os.path.join(state_dir, "locks")))
     number = 0
     try:
