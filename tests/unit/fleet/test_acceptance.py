@@ -224,14 +224,15 @@ class FakeTools:
         pass
 
 
-def fake_ctx(tmp_path, router=False, groups=None):
+def fake_selection(tmp_path, router=False, groups=None):
+    """(what acceptance reads of the Selection, acceptance's options)."""
     out = tmp_path / "out"
     out.mkdir()
     args = SimpleNamespace(extra_vars=[], state_dir=None, requests=6, concurrency=2, max_tokens=16, kill_rank=False,
                            json=False, vault_password_file=None)
     inv = FakeInventory(router)
     return SimpleNamespace(artifacts=str(out), inventory="/inv/hosts.yml", project_dir="/proj", patterns=[],
-                           groups=groups or ["real_pair"], inv=inv, env_add={}, args=args)
+                           groups=groups or ["real_pair"], inv=inv, env_add={}), args
 
 
 def tick():
@@ -248,9 +249,9 @@ def names(doc):
 
 
 def test_a_whole_run_in_the_lab_without_the_bundle_subcommand(tmp_path):
-    ctx = fake_ctx(tmp_path)
+    sel, args = fake_selection(tmp_path)
     tools = FakeTools(bundle=False)
-    doc = acceptance.Run(ctx, ctx.args, tools=tools, clock=tick()).run()
+    doc = acceptance.Run(sel, args, tools=tools, clock=tick()).run()
     assert names(doc) == [("qualify", "passed"), ("site", "passed"), ("load", "passed"), ("kill_rank", "skipped"),
                           ("bundle", "failed")]
     bundle = doc["steps"][-1]
@@ -275,10 +276,10 @@ def test_a_whole_run_in_the_lab_without_the_bundle_subcommand(tmp_path):
 
 
 def test_a_failed_site_yml_stops_the_run_but_the_bundle_is_still_taken(tmp_path):
-    ctx = fake_ctx(tmp_path)
-    ctx.args.kill_rank = True
+    sel, args = fake_selection(tmp_path)
+    args.kill_rank = True
     tools = FakeTools(site_ok=False)
-    doc = acceptance.Run(ctx, ctx.args, tools=tools, clock=tick()).run()
+    doc = acceptance.Run(sel, args, tools=tools, clock=tick()).run()
     assert names(doc) == [("qualify", "passed"), ("site", "failed"), ("load", "skipped"), ("kill_rank", "skipped"),
                           ("bundle", "passed")]
     assert "rank 1 on spark-r1 never registered" in doc["steps"][1]["summary"]
@@ -288,10 +289,10 @@ def test_a_failed_site_yml_stops_the_run_but_the_bundle_is_still_taken(tmp_path)
 
 
 def test_everything_passes_with_the_bundle_and_kill_rank(tmp_path):
-    ctx = fake_ctx(tmp_path)
-    ctx.args.kill_rank = True
+    sel, args = fake_selection(tmp_path)
+    args.kill_rank = True
     tools = FakeTools()
-    doc = acceptance.Run(ctx, ctx.args, tools=tools, clock=tick()).run()
+    doc = acceptance.Run(sel, args, tools=tools, clock=tick()).run()
     assert names(doc) == [(s, "passed") for s in acceptance.STEPS], names(doc)
     assert doc["exit_code"] == 0
     assert ("adhoc", "spark-r1", "docker kill dspark-vllm") in tools.calls
@@ -305,20 +306,20 @@ def test_everything_passes_with_the_bundle_and_kill_rank(tmp_path):
     assert "1234 bytes, 3 redacted" in doc["steps"][4]["summary"]
     assert "--artifacts" in bundle and bundle[bundle.index("-i") + 1] == "/inv/hosts.yml"
     # The bundle carries step 1's full qualification (acceptance's own report, outside the state dir).
-    assert bundle[bundle.index("--qualification") + 1] == os.path.join(ctx.artifacts, "qualify", "report.json")
+    assert bundle[bundle.index("--qualification") + 1] == os.path.join(sel.artifacts, "qualify", "report.json")
     rows = dict((r["id"], r) for r in doc["numbers"])
     assert rows["recovery_s"]["measured"] == kill["recovery_s"]
 
 
 def test_a_failing_bundle_fails_its_step(tmp_path):
-    ctx = fake_ctx(tmp_path)
-    doc = acceptance.Run(ctx, ctx.args, tools=FakeTools(bundle_rc=1), clock=tick()).run()
+    sel, args = fake_selection(tmp_path)
+    doc = acceptance.Run(sel, args, tools=FakeTools(bundle_rc=1), clock=tick()).run()
     assert doc["steps"][-1]["result"] == "failed" and "exited 1" in doc["steps"][-1]["summary"]
 
 
 def test_failed_requests_fail_the_load_step(tmp_path):
-    ctx = fake_ctx(tmp_path)
-    doc = acceptance.Run(ctx, ctx.args, tools=FakeTools(load_fail=2), clock=tick()).run()
+    sel, args = fake_selection(tmp_path)
+    doc = acceptance.Run(sel, args, tools=FakeTools(load_fail=2), clock=tick()).run()
     load = doc["steps"][2]
     assert load["result"] == "failed" and load["summary"].startswith("2 request(s) failed (first: HTTP 500: boom)")
     rows = dict((r["id"], r) for r in doc["numbers"])
@@ -326,35 +327,35 @@ def test_failed_requests_fail_the_load_step(tmp_path):
 
 
 def test_the_router_is_the_endpoint_when_the_run_covers_every_group(tmp_path):
-    ctx = fake_ctx(tmp_path, router=True)
+    sel, args = fake_selection(tmp_path, router=True)
     tools = FakeTools()
-    acceptance.Run(ctx, ctx.args, tools=tools, clock=tick()).run()
+    acceptance.Run(sel, args, tools=tools, clock=tick()).run()
     assert [c[1] for c in tools.calls if c[0] == "load"] == ["http://10.233.0.201:8080"]
 
 
 def test_a_subset_of_groups_goes_to_the_heads_even_with_a_router(tmp_path):
-    ctx = fake_ctx(tmp_path, router=True)
-    ctx.inv.groups = ["real_pair", "sim_pair"]
+    sel, args = fake_selection(tmp_path, router=True)
+    sel.inv.groups = ["real_pair", "sim_pair"]
     tools = FakeTools()
-    acceptance.Run(ctx, ctx.args, tools=tools, clock=tick()).run()
+    acceptance.Run(sel, args, tools=tools, clock=tick()).run()
     assert [c[1] for c in tools.calls if c[0] == "load"] == ["http://10.233.0.11:8888"]
 
 
 def test_a_crashing_step_is_a_failed_step_and_the_run_goes_on(tmp_path):
-    ctx = fake_ctx(tmp_path)
+    sel, args = fake_selection(tmp_path)
     tools = FakeTools()
 
     def boom(*args):
         raise RuntimeError("no network")
     tools.load = boom
-    doc = acceptance.Run(ctx, ctx.args, tools=tools, clock=tick()).run()
+    doc = acceptance.Run(sel, args, tools=tools, clock=tick()).run()
     assert doc["steps"][2]["result"] == "failed" and "RuntimeError: no network" in doc["steps"][2]["summary"]
     assert doc["steps"][-1]["result"] == "passed"
 
 
 def test_markdown_puts_each_number_beside_its_expectation_and_lists_the_sources(tmp_path):
-    ctx = fake_ctx(tmp_path)
-    doc = acceptance.Run(ctx, ctx.args, tools=FakeTools(bundle=False), clock=tick()).run()
+    sel, args = fake_selection(tmp_path)
+    doc = acceptance.Run(sel, args, tools=FakeTools(bundle=False), clock=tick()).run()
     text = acceptance.markdown(doc)
     assert text.startswith("# DSpark hardware acceptance: FAILED")
     assert "no GPU/RDMA" in text and acceptance.MISSING_BUNDLE in text
@@ -488,7 +489,7 @@ def test_main_runs_acceptance_and_prints_json(tmp_path, fake_project, venv_path,
     made = []
 
     class Tools(FakeTools):
-        def __init__(self, ctx):
+        def __init__(self, sel):
             super().__init__()
             made.append(self)
     monkeypatch.setattr(acceptance, "Tools", Tools)
@@ -503,21 +504,21 @@ def test_main_runs_acceptance_and_prints_json(tmp_path, fake_project, venv_path,
 
 
 def test_a_head_without_an_api_address_fails_the_load_step_by_name(tmp_path):
-    ctx = fake_ctx(tmp_path)
+    sel, args = fake_selection(tmp_path)
     tools = FakeTools()
     tools.host_values = lambda host, names: {"serve_api_keys": [KEY]}
-    doc = acceptance.Run(ctx, ctx.args, tools=tools, clock=tick()).run()
+    doc = acceptance.Run(sel, args, tools=tools, clock=tick()).run()
     load = doc["steps"][2]
     assert load["result"] == "failed" and "real_pair head spark-r0: no usable API address" in load["summary"], load
     assert not [c for c in tools.calls if c[0] == "load"]
 
 
 def test_fewer_records_than_requests_fail_the_load_step(tmp_path):
-    ctx = fake_ctx(tmp_path)
+    sel, args = fake_selection(tmp_path)
     tools = FakeTools()
     full = tools.load
     tools.load = lambda *args: (full(*args)[0][:3], 1.0)
-    doc = acceptance.Run(ctx, ctx.args, tools=tools, clock=tick()).run()
+    doc = acceptance.Run(sel, args, tools=tools, clock=tick()).run()
     assert doc["steps"][2]["result"] == "failed" and "3 of 6 request(s) came back" in doc["steps"][2]["summary"]
 
 
@@ -558,10 +559,10 @@ def test_json_answer_reads_indented_or_one_line_json(stdout, expected):
 
 
 def test_every_child_gets_the_vault_password_file_as_a_path(tmp_path):
-    ctx = fake_ctx(tmp_path)
-    ctx.args.vault_password_file = "vault-pass"
+    sel, args = fake_selection(tmp_path)
+    args.vault_password_file = "vault-pass"
     tools = FakeTools()
-    acceptance.Run(ctx, ctx.args, tools=tools, clock=tick()).run()
+    acceptance.Run(sel, args, tools=tools, clock=tick()).run()
     children = [c[1] for c in tools.calls if c[0] == "fleet"]
     assert [c[0] for c in children] == ["qualify", "reprovision", "bundle"]
     for argv in children:

@@ -261,8 +261,8 @@ class Tools:
     """What the steps call: dspark-fleet's own subcommands (a child process of this package), ansible ad-hoc, the
     inventory's hidden variables, the load test. The unit tests replace it."""
 
-    def __init__(self, ctx):
-        self.ctx = ctx
+    def __init__(self, sel):
+        self.sel = sel
 
     def has_subcommand(self, name):
         from . import cli  # pylint: disable=import-outside-toplevel  # cli imports this module
@@ -275,7 +275,7 @@ class Tools:
         env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
         os.makedirs(os.path.dirname(log_path), mode=0o700, exist_ok=True)
         with open(log_path, "w", encoding="utf-8") as log:
-            proc = subprocess.run([sys.executable, "-m", "dspark_fleet"] + argv, cwd=self.ctx.project_dir, env=env,
+            proc = subprocess.run([sys.executable, "-m", "dspark_fleet"] + argv, cwd=self.sel.project_dir, env=env,
                                   stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout, check=False)
             log.write("\n--- stdout ---\n" + proc.stdout)
         return proc.returncode, proc.stdout
@@ -283,16 +283,16 @@ class Tools:
     def adhoc(self, host, command, log_path, timeout=300):
         """rc of `ansible HOST -b -m command -a COMMAND` with the project's ansible.cfg (no secret in COMMAND)."""
         from . import runner_exec  # pylint: disable=import-outside-toplevel
-        env = dict(os.environ, **self.ctx.env_add)
-        argv = [runner_exec.tool("ansible"), "-i", self.ctx.inventory, host, "-b", "-m", "ansible.builtin.command",
+        env = dict(os.environ, **self.sel.env_add)
+        argv = [runner_exec.tool("ansible"), "-i", self.sel.inventory, host, "-b", "-m", "ansible.builtin.command",
                 "-a", command]
         with open(log_path, "w", encoding="utf-8") as log:
-            proc = subprocess.run(argv, cwd=self.ctx.project_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.run(argv, cwd=self.sel.project_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
                                   timeout=timeout, check=False)
         return proc.returncode
 
     def host_values(self, host, names):
-        return hostvars.resolve(self.ctx.inventory, host, names, self.ctx.project_dir, self.ctx.env_add)
+        return hostvars.resolve(self.sel.inventory, host, names, self.sel.project_dir, self.sel.env_add)
 
     def load(self, url, requests, concurrency, model, api_key, max_tokens):
         return loadtest.run(url, requests, concurrency, model, api_key=api_key, max_tokens=max_tokens)
@@ -345,12 +345,12 @@ def read_json(path):
 class Run:
     """One acceptance run: the steps in order, then the report."""
 
-    def __init__(self, ctx, args, tools=None, prog=None, clock=now):
-        self.ctx, self.args = ctx, args
-        self.tools = tools or Tools(ctx)
+    def __init__(self, sel, args, tools=None, prog=None, clock=now):
+        self.sel, self.args = sel, args
+        self.tools = tools or Tools(sel)
         self.prog = prog
         self.clock = clock
-        self.out = ctx.artifacts
+        self.out = sel.artifacts
         self.steps = []
         self.data = {}
 
@@ -360,8 +360,8 @@ class Run:
 
     def common(self):
         """The options every child dspark-fleet gets: the inventory, the groups asked, -e, the project, state, vault."""
-        argv = ["-i", self.ctx.inventory, "--plain", "--project-dir", self.ctx.project_dir]
-        for pattern in self.ctx.patterns:
+        argv = ["-i", self.sel.inventory, "--plain", "--project-dir", self.sel.project_dir]
+        for pattern in self.sel.patterns:
             argv += ["--groups", pattern]
         for value in self.args.extra_vars:
             argv += ["-e", value]
@@ -460,13 +460,13 @@ class Run:
     # ---- step 3
     def targets(self):
         """[(label, url, model, key)] of the load test: the router when it serves every group of the run."""
-        groups = self.ctx.groups
-        routers = self.ctx.inv.hosts_of("dspark_router")
-        heads = [(g, self.ctx.inv.head(g)) for g in groups]
+        groups = self.sel.groups
+        routers = self.sel.inv.hosts_of("dspark_router")
+        heads = [(g, self.sel.inv.head(g)) for g in groups]
         names = ["serve_api_keys", "serve_api_key", "serve_served_model_name", "dspark_api_port",
                  "dspark_mgmt_address", "ansible_host"]
         values = dict((g, self.tools.host_values(h, names)) for g, h in heads if h)
-        if routers and list(groups) == list(self.ctx.inv.groups):
+        if routers and list(groups) == list(self.sel.inv.groups):
             router = routers[0]
             rv = self.tools.host_values(router, ["router_port", "router_tls_port", "router_tls_certificate",
                                                  "dspark_mgmt_address", "ansible_host"])
@@ -519,8 +519,8 @@ class Run:
 
     # ---- step 4
     def do_kill_rank(self):
-        group = self.ctx.groups[0]
-        members = self.ctx.inv.ordered_members(group)
+        group = self.sel.groups[0]
+        members = self.sel.inv.ordered_members(group)
         victim = members[-1]
         container = self.tools.host_values(victim, ["serve_container_name"]).get(
             "serve_container_name", HEAD_API_DEFAULTS["serve_container_name"])
@@ -531,7 +531,7 @@ class Run:
         if rc != 0:
             return FAILED, "docker kill %s on %s failed (rc %s)" % (container, victim, rc), evidence, {}
         folder = os.path.join(self.out, "kill_rank-watch")
-        argv = ["watch", "-i", self.ctx.inventory, "--plain", "--project-dir", self.ctx.project_dir, "--groups", group,
+        argv = ["watch", "-i", self.sel.inventory, "--plain", "--project-dir", self.sel.project_dir, "--groups", group,
                 "--once", "--artifacts", folder] + sum((["-e", v] for v in self.args.extra_vars), [])
         argv += ["--state-dir", self.args.state_dir or os.path.join(self.out, "state")]
         rc = self.tools.fleet(argv, evidence["watch"])[0]
@@ -579,11 +579,11 @@ class Run:
 
     # ---- helpers
     def gpu_flags(self):
-        return [self.ctx.inv.vars_of(self.ctx.inv.head(g)).get("dspark_has_gpu") for g in self.ctx.groups
-                if self.ctx.inv.head(g)]
+        return [self.sel.inv.vars_of(self.sel.inv.head(g)).get("dspark_has_gpu") for g in self.sel.groups
+                if self.sel.inv.head(g)]
 
     def interface_of(self, host):
-        return self.ctx.inv.vars_of(host).get("dspark_fabric_interface")
+        return self.sel.inv.vars_of(host).get("dspark_fabric_interface")
 
     def run(self):
         started = self.clock()
@@ -621,8 +621,8 @@ class Run:
         hardware = self.data.get("hardware") or hardware_of(self.gpu_flags(), None)
         result = overall(self.steps)
         code = 0 if result == PASSED else 1
-        doc = {"schema": SCHEMA, "result": result, "exit_code": code, "inventory": self.ctx.inventory,
-               "groups": list(self.ctx.groups), "started": started, "started_iso": iso(started), "finished": finished,
+        doc = {"schema": SCHEMA, "result": result, "exit_code": code, "inventory": self.sel.inventory,
+               "groups": list(self.sel.groups), "started": started, "started_iso": iso(started), "finished": finished,
                "duration_s": round(finished - started, 1), "output_dir": self.out,
                "options": {"requests": self.args.requests, "concurrency": self.args.concurrency,
                            "max_tokens": self.args.max_tokens, "kill_rank": bool(self.args.kill_rank),
@@ -669,9 +669,10 @@ def add_parser(sub, common, int_at_least):
     acc.add_argument("--json", action="store_true", help="print acceptance.json on stdout at the end")
 
 
-def command(ctx, interrupts, prog, tools=None):  # pylint: disable=unused-argument
-    doc = Run(ctx, ctx.args, tools=tools, prog=prog).run()
-    if ctx.args.json:
+def command(sel, args, interrupts, prog, tools=None):  # pylint: disable=unused-argument
+    """The subcommand over the Selection `sel` with acceptance's options `args`: the exit code."""
+    doc = Run(sel, args, tools=tools, prog=prog).run()
+    if args.json:
         print(json.dumps(doc, indent=1))
     else:
         print("")
@@ -680,6 +681,6 @@ def command(ctx, interrupts, prog, tools=None):  # pylint: disable=unused-argume
             print("  %-10s %-15s %s" % (step["name"], step["result"], step["summary"] or ""))
         for row in doc["numbers"]:
             print("  %-58s %-10s %s" % (row["what"][:58], _cell(row["measured"]), row["verdict"]))
-        print("Report: %s (Markdown: %s)" % (os.path.join(ctx.artifacts, "acceptance.json"),
-                                             os.path.join(ctx.artifacts, "acceptance.md")))
+        print("Report: %s (Markdown: %s)" % (os.path.join(sel.artifacts, "acceptance.json"),
+                                             os.path.join(sel.artifacts, "acceptance.md")))
     return doc["exit_code"]

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 
 import yaml
 
-from . import __version__, collection, journal as journal_mod, locks, report, runner_exec
+from . import __version__, collection, journal as journal_mod, report, runner_exec
 from .events import GroupEvents
 
 PLAYBOOK = "playbooks/bundle.yml"
@@ -110,14 +110,12 @@ class Collected:
         return True
 
 
-def run_one(ctx, interrupts, ident, playbook, limit, extra=None, runner=None):
+def run_one(sel, interrupts, ident, playbook, limit, extra=None, runner=None):
     """One playbook run through ansible-runner (extra vars through 0600 files); its Collected."""
-    args = []
-    for value in ctx.args.extra_vars:
-        args += ["-e", value]
+    args = sel.extra_args()
     if extra:
         args += ["-e", json.dumps(extra)]
-    spec = ctx.spec(ident, os.path.join(ctx.artifacts, "bundle"), playbook, limit, args)
+    spec = sel.spec(ident, os.path.join(sel.artifacts, "bundle"), playbook, limit, args)
     got = Collected()
     got.result = (runner or runner_exec.run_playbook)(spec, event_handler=got.feed,
                                                       cancel_callback=lambda: bool(interrupts.count))
@@ -396,25 +394,25 @@ def write_tarball(path, top, files):
 # --------------------------------------------------------------------------- the subcommand
 
 
-def _private_dir(ctx, group):
-    path = os.path.join(ctx.artifacts, PRIVATE, group)
+def _private_dir(artifacts, group):
+    path = os.path.join(artifacts, PRIVATE, group)
     os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chmod(os.path.join(ctx.artifacts, PRIVATE), 0o700)
+    os.chmod(os.path.join(artifacts, PRIVATE), 0o700)
     os.chmod(path, 0o700)
     return path
 
 
-def router_view(ctx, interrupts, prog, runner=None):
-    routers = ctx.inv.hosts_of(ROUTER_GROUP)
+def router_view(sel, interrupts, prog, runner=None):
+    routers = sel.inv.hosts_of(ROUTER_GROUP)
     if not routers:
         return {"state": "absent", "error": "the inventory has no host in %s" % ROUTER_GROUP,
                 "data": {"routers": []}}, routers
-    if not os.path.isfile(os.path.join(ctx.project_dir, ROUTER_STATUS)):
+    if not os.path.isfile(os.path.join(sel.project_dir, ROUTER_STATUS)):
         return {"state": "error", "error": "%s is missing" % ROUTER_STATUS, "data": {"routers": routers}}, routers
-    folder = _private_dir(ctx, "_router")
+    folder = _private_dir(sel.artifacts, "_router")
     path = os.path.join(folder, "router.json")
     prog.message("router: %s" % ROUTER_STATUS)
-    got = run_one(ctx, interrupts, "_router", ROUTER_STATUS, ",".join(routers), {"router_report_file": path},
+    got = run_one(sel, interrupts, "_router", ROUTER_STATUS, ",".join(routers), {"router_report_file": path},
                   runner=runner)
     try:
         with open(path, encoding="utf-8") as handle:
@@ -426,16 +424,15 @@ def router_view(ctx, interrupts, prog, runner=None):
     return {"state": "error" if error else "ok", "error": error, "data": data}, routers
 
 
-def run(ctx, interrupts, prog, runner=None):
-    """The bundle subcommand (cli.py hands it the checked Context)."""
-    args = ctx.args
+def run(sel, args, interrupts, prog, runner=None):
+    """The bundle subcommand over the Selection `sel` with bundle's options `args`: the exit code."""
     try:
-        bun = collection.plugin_utils("_bundle", ctx.project_dir)
-        rules = collection.plugin_utils("_role_rules", ctx.project_dir)
+        bun = collection.plugin_utils("_bundle", sel.project_dir)
+        rules = collection.plugin_utils("_role_rules", sel.project_dir)
     except ImportError as exc:
         print("dspark-fleet: error: %s" % exc, file=sys.stderr)
         return EXIT_USAGE
-    state_dir = locks.state_dir(args.state_dir)
+    state_dir = sel.state_dir
     output = os.path.abspath(args.output or os.path.join(state_dir, "bundles"))
     try:
         os.makedirs(output, mode=0o700, exist_ok=True)
@@ -445,27 +442,27 @@ def run(ctx, interrupts, prog, runner=None):
     journal_path = args.journal or journal_mod.default_path(state_dir)
     records = journal_mod.read(journal_path) if os.path.isfile(journal_path) else None
     tool = {"name": "dspark-fleet", "version": __version__}
-    coll = collection_info(ctx.project_dir)
+    coll = collection_info(sel.project_dir)
     pattern = rules._SECRET_NAME_RE.pattern      # pylint: disable=protected-access  # one definition of the rule
-    extra_secrets = extra_vars_secrets(bun, rules, args.extra_vars)
+    extra_secrets = extra_vars_secrets(bun, rules, sel.extra_vars)
 
-    router, routers = router_view(ctx, interrupts, prog, runner=runner)
-    router_secrets = inventory_secrets(bun, rules, ctx.inv, routers)[0]
+    router, routers = router_view(sel, interrupts, prog, runner=runner)
+    router_secrets = inventory_secrets(bun, rules, sel.inv, routers)[0]
     results, code = [], EXIT_OK
     try:
-        for group in ctx.groups:
+        for group in sel.groups:
             if interrupts.count:
                 results.append({"group": group, "path": None, "bytes": 0, "sections": [], "redacted": {},
                                 "error": "interrupted"})
                 code = EXIT_FAILED
                 continue
-            entry = one_group(ctx, interrupts, prog, bun, rules, group, pattern, extra_secrets | router_secrets,
-                              router, records, output, tool, coll, runner)
+            entry = one_group(sel, args, interrupts, prog, bun, rules, group, pattern,
+                              extra_secrets | router_secrets, router, records, output, tool, coll, runner)
             results.append(entry)
             if entry.get("error") or not all(s["ok"] for s in entry["sections"]):
                 code = EXIT_FAILED
     finally:
-        shutil.rmtree(os.path.join(ctx.artifacts, PRIVATE), ignore_errors=True)
+        shutil.rmtree(os.path.join(sel.artifacts, PRIVATE), ignore_errors=True)
     if args.json:
         print(json.dumps({"bundles": results}, indent=1, sort_keys=True))
     else:
@@ -473,17 +470,17 @@ def run(ctx, interrupts, prog, runner=None):
     return code
 
 
-def one_group(ctx, interrupts, prog, bun, rules, group, pattern, more_secrets, router, records, output, tool, coll,
-              runner):
-    members = ctx.members(group)
+def one_group(sel, args, interrupts, prog, bun, rules, group, pattern, more_secrets, router, records, output, tool,
+              coll, runner):
+    members = sel.members_of(group)
     hosts = [m["host"] for m in members]
-    secrets, names = inventory_secrets(bun, rules, ctx.inv, hosts)
+    secrets, names = inventory_secrets(bun, rules, sel.inv, hosts)
     secrets |= more_secrets
-    private = _private_dir(ctx, group)
+    private = _private_dir(sel.artifacts, group)
     prog.message("%s: %s" % (group, PLAYBOOK))
-    got = run_one(ctx, interrupts, group, PLAYBOOK, group, {
+    got = run_one(sel, interrupts, group, PLAYBOOK, group, {
         "bundle_private_dir": private, "bundle_secret_pattern": pattern, "bundle_secret_vars": names,
-        "bundle_log_lines": ctx.args.log_lines, "bundle_log_bytes": ctx.args.file_max_bytes}, runner=runner)
+        "bundle_log_lines": args.log_lines, "bundle_log_bytes": args.file_max_bytes}, runner=runner)
     nodes, errors = {}, {}
     for host in hosts:
         node, host_secrets, error = _node_file(private, host)
@@ -493,14 +490,14 @@ def one_group(ctx, interrupts, prog, bun, rules, group, pattern, more_secrets, r
             errors[host] = (_failure_text(got, host) or error) if node is None else error
     shutil.rmtree(private, ignore_errors=True)
     prog.message("%s: %s" % (group, STATUS))
-    status = status_section(run_one(ctx, interrupts, group + ".status", STATUS, group, runner=runner), group)
-    qualification = last_qualification(locks.state_dir(ctx.args.state_dir), group, ctx.args.qualification)
+    status = status_section(run_one(sel, interrupts, group + ".status", STATUS, group, runner=runner), group)
+    qualification = last_qualification(sel.state_dir, group, args.qualification)
     lines = [r for r in records if r.get("group") == group] if records is not None else None
     raw_files, states = group_files(group, members, nodes, errors, status, qualification, router, lines)
     created = time.time()
     stamp = utc_stamp(created)
     files, manifest, refused = build_bundle(
-        bun, group, members, raw_files, states, secrets, ctx.args.max_bytes, ctx.args.file_max_bytes, tool, coll,
+        bun, group, members, raw_files, states, secrets, args.max_bytes, args.file_max_bytes, tool, coll,
         datetime.fromtimestamp(created, timezone.utc).isoformat().replace("+00:00", "Z"))
     entry = {"group": group, "path": None, "bytes": 0, "sections": manifest["sections"],
              "redacted": manifest["redacted"]["counts"]}

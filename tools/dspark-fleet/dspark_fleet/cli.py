@@ -382,6 +382,14 @@ class Context:
             out.append({"host": host, "rank": self.inv.rank(host)})
         return out
 
+    members_of = members
+
+    def extra_args(self):
+        args = []
+        for value in self.extra_vars:
+            args += ["-e", value]
+        return args
+
 
 # --------------------------------------------------------------------------- signals
 
@@ -749,15 +757,20 @@ def cmd_qualify(ctx, interrupts, prog):
     scheduler = Scheduler(ctx.groups, parallel=ctx.args.parallel)
     runs = run_groups(ctx, ctx.groups, interrupts, prog, OK, PLAYBOOKS["qualify"], scheduler)
     entries = group_entries(ctx, runs)
-    return finish(ctx, entries, qualify.exit_code(entries), summary=qualify.print_summary)
+    return finish(ctx, entries, qualify.exit_code(entries),
+                  summary=lambda c, e: qualify.print_summary(e, c.meta.get("stop_reason")))
 
 
 def cmd_bundle(ctx, interrupts, prog):
-    return bundle.run(ctx, interrupts, prog)
+    return bundle.run(ctx, ctx.args, interrupts, prog)
+
+
+def cmd_acceptance(ctx, interrupts, prog):
+    return acceptance.command(ctx, ctx.args, interrupts, prog)
 
 
 COMMANDS = {"plan": cmd_plan, "reprovision": cmd_reprovision, "status": cmd_status, "watch": cmd_watch,
-            "qualify": cmd_qualify, "acceptance": acceptance.command, "bundle": cmd_bundle}
+            "qualify": cmd_qualify, "acceptance": cmd_acceptance, "bundle": cmd_bundle}
 
 
 def main(argv=None):

@@ -229,7 +229,8 @@ def summary_line(name, entry):
     return "%s %s: %s" % (name, label, view["summary"]) if view.get("summary") else "%s %s" % (name, label)
 
 
-def print_summary(ctx, entries):
+def print_summary(entries, stop_reason=None):
+    """The console's verdicts, one line per group (`stop_reason`: why the run stopped early)."""
     tally = {}
     for entry in entries.values():
         verdict = (entry.get("qualify") or {}).get("verdict", entry["result"])
@@ -237,8 +238,8 @@ def print_summary(ctx, entries):
     print("")
     print("qualify: %d group(s): %s" % (len(entries), ", ".join(
         "%d %s" % (n, v.replace("_", " ")) for v, n in tally.items()) or "none"))
-    if ctx.meta.get("stop_reason"):
-        print("Stopped early: %s" % ctx.meta["stop_reason"])
+    if stop_reason:
+        print("Stopped early: %s" % stop_reason)
     for name, entry in entries.items():
         print("  " + summary_line(name, entry))
         verdict = (entry.get("qualify") or {}).get("verdict")
