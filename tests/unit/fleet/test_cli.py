@@ -1,10 +1,10 @@
-"""cli: argument and input errors exit 2 before anything runs; redaction; exit codes."""
+"""cli: argument and input errors exit 2 before anything runs (selection.py); redaction and exit codes (run_record.py)."""
 
 import json
 
 import pytest
 
-from dspark_fleet import cli
+from dspark_fleet import cli, run_record, selection
 from dspark_fleet.report import SCHEMA_ID
 
 
@@ -82,7 +82,7 @@ def test_artifacts_dir_must_be_empty(tmp_path, fake_project, capsys, venv_path):
 def test_redacted_argv():
     argv = ["reprovision", "-i", "inv", "-e", "token=secret", "--extra-vars", '{"k": "secret"}', "-e@vars.yml",
             "--extra-vars=a=secret", "-esecret=1", "-e", "@/path/vault.yml", "--groups", "pair_*"]
-    assert cli.redacted_argv(argv) == [
+    assert run_record.redacted_argv(argv) == [
         "reprovision", "-i", "inv", "-e", "<redacted>", "--extra-vars", "<redacted>", "-e@vars.yml",
         "--extra-vars=<redacted>", "-e<redacted>", "-e", "@/path/vault.yml", "--groups", "pair_*"]
 
@@ -90,14 +90,14 @@ def test_redacted_argv():
 def test_exit_codes():
     def entries(*results):
         return dict(("g%d" % i, {"result": r}) for i, r in enumerate(results))
-    assert cli.exit_code_for(entries("converged", "skipped")) == 0
-    assert cli.exit_code_for(entries("ok", "ok")) == 0
-    assert cli.exit_code_for(entries("converged", "failed")) == 1
-    assert cli.exit_code_for(entries("converged", "cancelled")) == 1
-    assert cli.exit_code_for(entries("converged", "not_started")) == 1
+    assert run_record.exit_code_for(entries("converged", "skipped")) == 0
+    assert run_record.exit_code_for(entries("ok", "ok")) == 0
+    assert run_record.exit_code_for(entries("converged", "failed")) == 1
+    assert run_record.exit_code_for(entries("converged", "cancelled")) == 1
+    assert run_record.exit_code_for(entries("converged", "not_started")) == 1
 
 
 def test_default_project_dir_is_this_repository():
     import os
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    assert cli.default_project_dir() == root
+    assert selection.default_project_dir() == root

@@ -39,6 +39,7 @@ import time
 from datetime import datetime, timezone
 
 from . import hostvars, loadtest
+from .selection import PLAYBOOKS
 
 SCHEMA = "dspark-fleet-acceptance/1"
 PASSED, FAILED, NOT_APPLICABLE, SKIPPED = "passed", "failed", "not applicable", "skipped"
@@ -265,8 +266,7 @@ class Tools:
         self.sel = sel
 
     def has_subcommand(self, name):
-        from . import cli  # pylint: disable=import-outside-toplevel  # cli imports this module
-        return name in cli.COMMANDS
+        return name in PLAYBOOKS          # every subcommand is named there
 
     def fleet(self, argv, log_path, timeout=None):
         """rc of `dspark-fleet <argv>` (this package's code), its stdout (JSON answers) and stderr to `log_path`."""

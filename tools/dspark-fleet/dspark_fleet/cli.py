@@ -10,6 +10,10 @@ Exit codes: 0 every group converged (skipped by --resume counts as converged) / 
 failed, was cancelled, did not start, or (qualify) is not qualified or unreachable; 2 bad usage or bad input
 (unknown group pattern, unreadable inventory or --resume report, a playbook missing under --project-dir, the
 global validation failed).
+
+This module parses the arguments and dispatches: selection.py checks the input and makes the frozen Selection and
+Options, each subcommand's module (reprovision.py, inspection.py, watch.py, acceptance.py, bundle.py) takes what it
+reads from them.
 """
 
 from __future__ import annotations
@@ -18,33 +22,11 @@ import argparse
 import os
 import signal
 import sys
-import time
-from datetime import datetime, timezone
 
-from . import __version__, fingerprint, inventory, locks, progress, qualify, report, resume, rolling, router_step, runner_exec
-from . import acceptance, metrics, proven, supervisor, trust
-from . import watch
-from . import bundle
-from .orchestrator import Fleet, GroupRun, default_judge
-from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED, OK, RUNNING, SKIPPED, SUCCESS, Scheduler
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-PLAYBOOKS = {"plan": "site.yml", "reprovision": "site.yml", "status": "playbooks/status.yml",
-             "watch": watch.VERIFY, "qualify": "playbooks/qualify.yml", "acceptance": "site.yml",
-             "bundle": bundle.PLAYBOOK}
-PREFLIGHT = "playbooks/preflight.yml"
-# JSON, not key=value: `-e key=false` is the string "false", which ansible-core 2.19 refuses as a conditional.
-PREFLIGHT_VARS = '{"preflight_check_reachability": false}'
-
-
-class UsageError(Exception):
-    """Bad usage or bad input: exit 2."""
-
-
-# --------------------------------------------------------------------------- arguments
+from . import __version__, acceptance, bundle, inspection, locks, progress, proven, reprovision, rolling, run_record
+from . import selection, supervisor, trust, watch
+from .interrupts import Interrupts
+from .run_record import EXIT_FAILED, EXIT_USAGE
 
 
 def _int_at_least(low):
@@ -198,579 +180,24 @@ def add_watch_parser(sub, common):
                   "user it runs as (one line per path, with the fix)" % trust.EXIT_UNTRUSTED)
 
 
-def redacted_argv(argv):
-    """The command line without extra-vars values (an @file keeps its path)."""
-    def hide(value):
-        return value if value.startswith("@") else "<redacted>"
-    out = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(hide(arg))
-            hide_next = False
-        elif arg in ("-e", "--extra-vars"):
-            out.append(arg)
-            hide_next = True
-        elif arg.startswith("--extra-vars="):
-            out.append("--extra-vars=" + hide(arg[len("--extra-vars="):]))
-        elif arg.startswith("-e") and not arg.startswith("--"):
-            out.append("-e" + hide(arg[2:]))
-        else:
-            out.append(arg)
-    return out
-
-
-# --------------------------------------------------------------------------- context
-
-
-def default_project_dir():
-    """The repository this package lives in (tools/dspark-fleet/dspark_fleet/ -> ../../..), else the cwd."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    repo = os.path.abspath(os.path.join(here, "..", "..", ".."))
-    for candidate in (repo, os.getcwd()):
-        if os.path.isfile(os.path.join(candidate, "site.yml")):
-            return candidate
-    raise UsageError("cannot find the collection checkout (site.yml): pass --project-dir")
-
-
-def utc_stamp(now=None):
-    return datetime.fromtimestamp(now or time.time(), timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-
-
-class Context:
-    """Everything a subcommand needs, checked before anything runs (UsageError on bad input)."""
-
-    def __init__(self, args, argv):
-        self.args = args
-        self.subcommand = args.subcommand
-        self.started = time.time()
-        self.project_dir = os.path.abspath(args.project_dir) if args.project_dir else default_project_dir()
-        needed = ["ansible.cfg", PLAYBOOKS[self.subcommand]] + ([PREFLIGHT] if self.subcommand == "reprovision" else [])
-        for rel in needed:
-            if not os.path.isfile(os.path.join(self.project_dir, rel)):
-                raise UsageError("%s has no %s (is --project-dir the collection checkout?)" % (self.project_dir, rel))
-        self.env_add = runner_exec.ansible_env(self.project_dir)
-        if args.vault_password_file:    # the path only, for ansible-inventory, the runs and hostvars.py
-            self.env_add[watch.VAULT_ENV] = os.path.abspath(args.vault_password_file)
-        self.previous = None
-        if getattr(args, "resume", None):
-            try:
-                self.previous = resume.load_previous(args.resume)
-            except resume.ResumeError as exc:
-                raise UsageError(str(exc)) from None
-        try:
-            self.inventory = inventory.inventory_path(args.inventory)
-            env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="True", **self.env_add)
-            data = inventory.list_inventory(self.inventory, self.project_dir, env,
-                                            executable=runner_exec.tool("ansible-inventory"))
-            self.inv = inventory.Inventory(data, project_dir=self.project_dir)
-            self.patterns = inventory.split_patterns(args.groups)
-            self.groups = self.inv.select(self.patterns)
-        except inventory.InventoryError as exc:
-            raise UsageError(str(exc)) from None
-        if self.subcommand == "qualify" and not any(a == "--parallel" or a.startswith("--parallel=") for a in argv):
-            args.parallel = max(1, len(self.groups))     # qualify changes nothing: every group at once
-        try:
-            self.extra_digest = fingerprint.extra_vars_digest(args.extra_vars)
-        except fingerprint.ExtraVarsError as exc:
-            raise UsageError(str(exc)) from None
-        self.tags = getattr(args, "tags", None)
-        self.extra_vars = tuple(args.extra_vars)
-        self.state_dir = locks.state_dir(args.state_dir)
-        self.routers = self.inv.hosts_of(rolling.ROUTER_GROUP)
-        # reprovision: the image and revision each group's run uses, and where the proven ones are recorded.
-        self.store = proven.Store(locks.state_dir(args.state_dir)) if self.subcommand == "reprovision" else None
-        self.configs = (dict((g, proven.config_of(self.inv, g, args.extra_vars)) for g in self.groups)
-                        if self.store is not None else {})
-        self.rolling = self._rolling_runner(args, argv)
-        self.code = fingerprint.code_digest(self.project_dir)
-        self.fingerprints = dict(
-            (g, fingerprint.group_fingerprint(g, self.inv.member_vars(g), self.extra_digest, self.tags, self.code))
-            for g in self.groups)
-        artifacts = args.artifacts or os.path.join(locks.state_dir(args.state_dir), utc_stamp(self.started))
-        self.artifacts = os.path.abspath(artifacts)
-        if os.path.isdir(self.artifacts) and os.listdir(self.artifacts):
-            raise UsageError("the artifacts directory %s is not empty: choose another --artifacts" % self.artifacts)
-        if os.path.exists(self.artifacts) and not os.path.isdir(self.artifacts):
-            raise UsageError("--artifacts %s is not a directory" % self.artifacts)
-        self.report_path = os.path.abspath(args.report) if args.report else os.path.join(self.artifacts, "report.json")
-        self.command = {
-            "subcommand": self.subcommand,
-            "argv": ["dspark-fleet"] + redacted_argv(argv),
-            "playbook": PLAYBOOKS[self.subcommand],
-            "options": {
-                "groups": self.patterns,
-                "parallel": args.parallel,
-                "canary": getattr(args, "canary", None),
-                "max_failed": getattr(args, "max_failed", None),
-                "tags": self.tags,
-                "check": self.subcommand == "plan",
-                "resume": os.path.abspath(args.resume) if getattr(args, "resume", None) else None,
-                "rolling": self.rolling is not None,
-                "max_unavailable": self.max_unavailable,
-                "qualify_before_drain": (self.rolling.qualify_first if self.rolling is not None else None),
-                "rollback": (self.rolling.rollback_enabled if self.rolling is not None else None),
-                "ignore_supervisor": bool(getattr(args, "ignore_supervisor", False)),
-            },
-            "extra_vars": {"count": len(args.extra_vars), "sha256": self.extra_digest},
-        }
-        self.private_dir = None
-        self.meta = {"command": self.command, "inventory": self.inventory, "project_dir": self.project_dir,
-                     "code_sha256": self.code, "artifacts_dir": self.artifacts, "started": self.started,
-                     "finished": None, "interrupted": False, "stop_reason": None, "preflight": None}
-
-    def _rolling_runner(self, args, argv):
-        """The RollingRunner of --rolling (None without it), after checking the options against the inventory."""
-        self.max_unavailable = None
-        if not getattr(args, "rolling", False):
-            given = [o for o in ("--max-unavailable", "--drain-timeout", "--on-drain-timeout", "--no-qualify",
-                                 "--no-rollback")
-                     if getattr(args, o[2:].replace("-", "_"), None) is not None]
-            if given:
-                raise UsageError("%s only apply with --rolling" % ", ".join(given))
-            return None
-        if any(a == "--parallel" or a.startswith("--parallel=") for a in argv):
-            raise UsageError("--rolling takes its parallelism from --max-unavailable, not --parallel")
-        routers = self.inv.hosts_of(rolling.ROUTER_GROUP)
-        if not routers:
-            raise UsageError("--rolling needs the router: the inventory has no host in group %s (playbooks/router.yml "
-                             "sets it up); without it, reprovision without --rolling" % rolling.ROUTER_GROUP)
-        groups = self.inv.groups
-        if len(groups) < 2:
-            raise UsageError("--rolling needs at least two serving groups behind the router, the inventory has one "
-                             "(%s): reprovision it without --rolling (it will stop serving)" % groups[0])
-        self.max_unavailable = args.max_unavailable or 1
-        if self.max_unavailable >= len(groups):
-            raise UsageError("--max-unavailable %d would leave no group in rotation: the router serves %d group(s) "
-                             "(%s). Use at most %d" % (self.max_unavailable, len(groups), ", ".join(groups),
-                                                       len(groups) - 1))
-        qualify_first = not args.no_qualify
-        if qualify_first and not os.path.isfile(os.path.join(self.project_dir, rolling.QUALIFY)):
-            raise UsageError("%s has no %s, which --rolling runs before draining each group (--no-qualify skips it)"
-                             % (self.project_dir, rolling.QUALIFY))
-        return rolling.RollingRunner(runner_exec.run_playbook, self.project_dir, extra_vars=args.extra_vars,
-                                     drain_timeout=args.drain_timeout,
-                                     on_drain_timeout=args.on_drain_timeout or "fail",
-                                     qualify=qualify_first, members=self.members, store=self.store,
-                                     configs=self.configs, rollback=not args.no_rollback, tags=self.tags)
-
-    def prepare_artifacts(self):
-        try:
-            self.private_dir = runner_exec.prepare(self.artifacts)
-        except OSError as exc:
-            raise UsageError("cannot create the artifacts directory %s: %s" % (self.artifacts, exc)) from None
-
-    def playbook_args(self):
-        args = []
-        if self.subcommand == "plan":
-            args += ["--check", "--diff"]
-        if self.tags:
-            args += ["--tags", self.tags]
-        for value in self.args.extra_vars:
-            args += ["-e", value]
-        return args
-
-    def spec(self, ident, folder, playbook, limit, args):
-        return runner_exec.RunSpec(
-            ident=ident, playbook=os.path.join(self.project_dir, playbook), inventory=self.inventory,
-            project_dir=self.project_dir, artifacts_dir=folder, private_dir=self.private_dir, limit=limit,
-            args=args, envvars=self.env_add)
-
-    def members(self, group):
-        out = []
-        for host in self.inv.ordered_members(group):
-            out.append({"host": host, "rank": self.inv.rank(host)})
-        return out
-
-    members_of = members
-
-    def extra_args(self):
-        args = []
-        for value in self.extra_vars:
-            args += ["-e", value]
-        return args
-
-
-# --------------------------------------------------------------------------- signals
-
-
-class Interrupts:
-    """SIGINT/SIGTERM: the first stops the fleet gracefully, the second stops waiting. Never raises."""
-
-    def __init__(self):
-        self.count = 0
-        self.fleet = None
-        self.signal_name = None
-
-    def handler(self, signum, frame):  # pylint: disable=unused-argument
-        self.count += 1
-        if self.signal_name is None:
-            self.signal_name = signal.Signals(signum).name
-        if self.fleet is not None:
-            if self.count == 1:
-                self.fleet.request_stop("interrupted by %s" % self.signal_name)
-            else:
-                self.fleet.request_abandon()
-
-    def install(self):
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, self.handler)
-
-    @property
-    def reason(self):
-        return "interrupted by %s" % self.signal_name if self.count else None
-
-
-# --------------------------------------------------------------------------- building the report
-
-
-def group_entries(ctx, runs, skips=None, skip_previous=None):
-    skips = skips or {}
-    entries = {}
-    qualifying = ctx.subcommand == "qualify"
-    for group in ctx.groups:
-        common = {"fingerprint": ctx.fingerprints[group], "members": ctx.members(group),
-                  "model": ctx.inv.head_var(group, "dspark_model"),
-                  "revision": ctx.inv.head_var(group, "dspark_model_revision")}
-        if group in skips:
-            entries[group] = report.group_entry(group, SKIPPED, skip_reason=skips[group],
-                                                previous=(skip_previous or {}).get(group), **common)
-            continue
-        run = runs.get(group)
-        if run is None or run.started is None:
-            entries[group] = report.group_entry(group, NOT_STARTED, **common)
-            if qualifying:
-                entries[group]["qualify"] = qualify.section(entries[group], None)
-            continue
-        with run.lock:
-            result = run.result or RUNNING
-            error = None
-            if run.run_result is not None and result not in SUCCESS:
-                error = run.run_result.error
-                if error is None and not run.events.failures and result == FAILED:
-                    tail = runner_exec.stdout_tail(run.spec.stdout_path, 8)
-                    error = "ansible-playbook ended with status %s (rc %s) without a failed task%s" % (
-                        run.run_result.status, run.run_result.rc, (": " + tail) if tail else "")
-                if error is None and result == CANCELLED:
-                    error = "cancelled (%s)" % (ctx.meta.get("stop_reason") or "stopped")
-            rotation = ctx.rolling.rotation.get(group) if ctx.rolling is not None else None
-            entries[group] = report.group_entry(
-                group, result, events=run.events, started=run.started, finished=run.finished, rotation=rotation,
-                runner=({"status": run.run_result.status, "rc": run.run_result.rc} if run.run_result else None),
-                logs={"artifacts_dir": run.spec.artifact_dir, "stdout": run.spec.stdout_path},
-                memory_kib=run.memory_kib, error=error, **common)
-            if qualifying:
-                entries[group]["qualify"] = qualify.section(entries[group], run.events)
-            elif ctx.rolling is not None:
-                _rolling_qualify(ctx.rolling, group, entries[group], error)
-                if ctx.rolling.rollback_view(group) is not None:
-                    entries[group]["rollback"] = dict(ctx.rolling.rollback_view(group))
-    return entries
-
-
-def _rolling_qualify(runner, group, entry, error):
-    """--rolling: the group's qualify step; a group left untouched names it as its failure, its log as the log."""
-    view = runner.qualify_view(group)
-    if view is None:
-        return
-    entry["qualify"] = view
-    if runner.in_rotation(group):
-        entry["logs"] = dict(view["logs"])
-        if error and entry.get("failure"):
-            entry["failure"]["summary"] = error
-
-
-def exit_code_for(entries):
-    return EXIT_OK if all(e["result"] in SUCCESS for e in entries.values()) else EXIT_FAILED
-
-
-def write_report(ctx, entries, exit_code, complete=True, quiet=False):
-    doc = report.build(ctx.meta, entries, exit_code, complete=complete)
-    try:
-        return report.write(doc, ctx.report_path)
-    except OSError as exc:
-        if not quiet:
-            print("dspark-fleet: cannot write the report %s: %s" % (ctx.report_path, exc), file=sys.stderr)
-        return None
-
-
-# --------------------------------------------------------------------------- running
-
-
-def run_groups(ctx, groups, interrupts, prog, success, playbook, scheduler, skips=None, skip_previous=None,
-               runner=None):
-    """One run per group through `scheduler`; interim reports after each group."""
-    folder = os.path.join(ctx.artifacts, "groups")
-    runs = dict((g, GroupRun(g, ctx.spec(g, folder, playbook, g, ctx.playbook_args()))) for g in groups)
-
-    def stop_reason(fleet):
-        return fleet.stop_reason or (scheduler.blocked() if scheduler.not_started() else None)
-
-    def interim(fleet):
-        ctx.meta["stop_reason"] = stop_reason(fleet)
-        write_report(ctx, group_entries(ctx, runs, skips, skip_previous), None, complete=False, quiet=True)
-
-    fleet = Fleet(runs, scheduler, prog, judge=default_judge(success), on_finish=interim, runner=runner)
-    interrupts.fleet = fleet
-    if interrupts.count:
-        fleet.request_stop(interrupts.reason)
-    fleet.run()
-    interrupts.fleet = None
-    ctx.meta["stop_reason"] = stop_reason(fleet)
-    ctx.meta["interrupted"] = bool(interrupts.count)
-    return runs
-
-
-def run_preflight(ctx, interrupts, prog):
-    """The one global validation: preflight.yml over every selected group, no node contacted."""
-    args = []
-    for value in ctx.args.extra_vars:
-        args += ["-e", value]
-    args += ["-e", PREFLIGHT_VARS]
-    spec = ctx.spec("preflight", ctx.artifacts, PREFLIGHT, ",".join(ctx.groups), args)
-    runs = {"preflight": GroupRun("preflight", spec)}
-    fleet = Fleet(runs, Scheduler(["preflight"]), prog, judge=default_judge(OK))
-    interrupts.fleet = fleet
-    if interrupts.count:
-        fleet.request_stop(interrupts.reason)
-    fleet.run()
-    interrupts.fleet = None
-    run = runs["preflight"]
-    failure = run.events.failure_view()
-    msg = None
-    if run.result == FAILED:
-        if failure and failure["failed_tasks"]:
-            msg = "; ".join("%s: %s" % (t["host"], t["msg"]) for t in failure["failed_tasks"])
-        else:
-            msg = (run.run_result.error if run.run_result else None) or runner_exec.stdout_tail(spec.stdout_path)
-    ctx.meta["preflight"] = {"result": run.result, "msg": msg, "artifacts_dir": spec.artifact_dir,
-                             "stdout": spec.stdout_path,
-                             "duration_s": (round(run.finished - run.started, 3)
-                                            if run.finished and run.started else None)}
-    return run.result, msg
-
-
-def finish(ctx, entries, code, summary=None):
-    ctx.meta["finished"] = time.time()
-    paths = write_report(ctx, entries, code)
-    (summary or print_summary)(ctx, entries)
-    if paths:
-        print("Report: %s (Markdown: %s)" % paths)
-    print("Artifacts (each run's full Ansible output is <dir>/stdout): %s" % ctx.artifacts)
-    if paths is None and code == EXIT_OK:
-        return EXIT_FAILED
-    return code
-
-
-def print_summary(ctx, entries):
-    counts = report.totals(entries)
-    parts = ", ".join("%s %d" % (k.replace("_", " "), v) for k, v in counts.items() if k != "groups" and v)
-    print("")
-    print("%s: %d group(s): %s" % (ctx.subcommand, counts["groups"], parts or "none"))
-    if ctx.meta.get("stop_reason"):
-        print("Stopped early: %s" % ctx.meta["stop_reason"])
-    if ctx.meta.get("router"):
-        print(router_step.line(ctx.meta["router"]))
-    width = max([len(g) for g in entries] + [5])
-    for name, entry in entries.items():
-        line = "  %-*s %-11s" % (width, name, entry["result"])
-        if entry.get("failure"):
-            line += " " + entry["failure"]["summary"]
-        elif entry.get("tp_ranks"):
-            proof = entry["tp_ranks"]
-            line += " changed %d, image %s, ranks %s (world size %s)" % (
-                entry["changed"], report.short_image(entry.get("image_id")) or "-",
-                ", ".join("%s on %s" % (r["rank"], r["node"]) for r in proof["registered_ranks"]),
-                proof.get("world_size"))
-        elif entry.get("skip_reason"):
-            line += " " + entry["skip_reason"]
-        elif entry["result"] in (CONVERGED, OK):
-            line += " changed %d" % entry["changed"]
-        rotation = entry.get("rotation")
-        if rotation:
-            line += "; " + report.rotation_text(rotation)
-        print(line)
-        if entry.get("rollback"):
-            print("  %-*s rollback: %s" % (width, "", report.rollback_text(entry["rollback"])))
-        step = entry.get("qualify")
-        if entry["result"] == FAILED and step and step["verdict"] != qualify.QUALIFIED and len(step["failing"]) > 1:
-            for check in step["failing"]:
-                print("  %-*s %s" % (width, "", qualify.check_text(check["host"], check)))
-        if entry["result"] in (FAILED, CANCELLED) and entry.get("logs"):
-            print("  %-*s log: %s" % (width, "", entry["logs"]["stdout"]))
-
-
-def print_plan(entries):
-    for name, entry in entries.items():
-        changes = [(key, t) for key, phase in entry["phases"].items() for t in phase["changed_tasks"]]
-        print("")
-        print("%s: %s, %d task(s) would change" % (name, entry["result"], len(changes)))
-        for key, task in changes:
-            print("  %-14s %s (%s)" % (key, task["task"], ", ".join(task["hosts"])))
-
-
-def print_status(entries):
-    """One table: a row per member (its serve_status, or why there is none), serving on the head's row; then the
-    engine's numbers per group (metrics.py) when cmd_status attached them."""
-    header = ["group", "node", "rank", "container", "restarts", "image", "API models", "serving"]
-    rows = []
-    for name, entry in entries.items():
-        status = entry.get("status") or {"serving": None, "ranks": []}
-        serving = {True: "yes", False: "no", None: "unknown"}[status.get("serving")]
-        if entry["result"] == FAILED and status.get("serving") is None:
-            serving = "no"
-        noted = dict((r["host"], r) for r in status["ranks"])
-        failed = (entry.get("failure") or {}).get("failed_tasks") or []
-        unreachable = set(t["host"] for t in failed if t.get("unreachable"))
-        failed_hosts = set(t["host"] for t in failed)
-        for member in entry["members"]:
-            rank = noted.get(member["host"])
-            if rank is None:
-                state = ("unreachable" if member["host"] in unreachable else "failed" if member["host"] in failed_hosts
-                         else entry["result"] if entry["result"] in (CANCELLED, NOT_STARTED) else "unknown")
-                rank = {"host": member["host"], "rank": member["rank"], "state": state, "restarts": None,
-                        "image": None, "api_models": None}
-            models = rank["api_models"]
-            rows.append([name, rank["host"], "-" if rank["rank"] is None else str(rank["rank"]), rank["state"] or "-",
-                         "-" if rank["restarts"] is None else str(rank["restarts"]),
-                         report.short_image(rank["image"]) or "-",
-                         "-" if models is None else (", ".join(models) or "(none)"),
-                         serving if rank["rank"] == 0 else ""])
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    print("")
-    for row in [header] + rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
-    if any("metrics" in e for e in entries.values()):
-        metrics.print_table(entries)
-
-
-def cmd_reprovision(ctx, interrupts, prog):
-    skips, skip_previous = {}, {}
-    if ctx.previous is not None:
-        decisions = resume.decide(ctx.previous, ctx.fingerprints)
-        for group, (skip, reason) in decisions.items():
-            if skip:
-                skips[group] = reason
-                before = ctx.previous["groups"][group]
-                skip_previous[group] = {"report": ctx.command["options"]["resume"], "result": before.get("result"),
-                                        "finished": before.get("finished"), "image_id": before.get("image_id")}
-            prog.message("%s: %s (%s)" % (group, "skip" if skip else "redo", reason))
-    to_run = [g for g in ctx.groups if g not in skips]
-    if to_run:
-        prog.message("validating the inventory once for %d group(s): %s" % (len(ctx.groups), PREFLIGHT))
-        result, msg = run_preflight(ctx, interrupts, prog)
-        if result != OK:
-            entries = group_entries(ctx, {}, skips, skip_previous)
-            if result == FAILED:
-                ctx.meta["stop_reason"] = "the global validation (%s) failed" % PREFLIGHT
-                ctx.meta["finished"] = time.time()
-                write_report(ctx, entries, EXIT_USAGE)
-                print("dspark-fleet: the global validation failed, nothing was changed:\n%s" % msg, file=sys.stderr)
-                print("Log: %s" % ctx.meta["preflight"]["stdout"], file=sys.stderr)
-                print("Report: %s" % ctx.report_path, file=sys.stderr)
-                return EXIT_USAGE
-            ctx.meta["stop_reason"] = interrupts.reason or "the global validation was %s" % result
-            ctx.meta["interrupted"] = bool(interrupts.count)
-            return finish(ctx, entries, EXIT_FAILED)
-    # Rolling: the router's configuration first, so that every group of the inventory has its server to drain (a new
-    # group's is down until it serves) and removed groups are gone; nothing is drained when that fails.
-    if ctx.rolling is not None and to_run and converge_router(ctx, interrupts, prog) != CONVERGED:
-        ctx.meta["stop_reason"] = ctx.meta.get("stop_reason") or (
-            "the router's configuration (%s) failed before the roll: no group was drained" % router_step.PLAYBOOK)
-        return finish(ctx, group_entries(ctx, {}, skips, skip_previous), EXIT_FAILED)
-    # Rolling: --max-unavailable is the parallelism, and a failed group (left out of rotation) keeps its slot.
-    # A group left in rotation because it was not qualified holds no slot.
-    if ctx.rolling is not None:
-        scheduler = rolling.RollingScheduler(to_run, parallel=ctx.max_unavailable, canary=ctx.args.canary,
-                                             max_failed=ctx.args.max_failed, in_rotation=ctx.rolling.in_rotation,
-                                             roll_stopped=ctx.rolling.roll_stopped)
-        prog.message("rolling through the router: at most %d group(s) out of rotation at once%s" % (
-            ctx.max_unavailable, ", each qualified first (%s)" % rolling.QUALIFY if ctx.rolling.qualify_first
-            else ""))
-    else:
-        scheduler = Scheduler(to_run, parallel=ctx.args.parallel, canary=ctx.args.canary,
-                              max_failed=ctx.args.max_failed)
-    # Each group's run holds the group's lock (shared with `watch`), waiting while the supervisor holds it.
-    # A group proven by site.yml has its image and revision recorded (the rolling runner records its own).
-    plain = proven.recording_runner(ctx.store, ctx.configs, runner_exec.run_playbook, on_error=lambda g, exc: (
-        prog.message("%s: its proven image and revision could not be recorded: %s" % (g, exc))))
-    guarded = locks.locked_runner(locks.state_dir(ctx.args.state_dir), ctx.rolling or plain,
-                                  "reprovision",
-                                  on_wait=lambda g, h: prog.message("%s: waiting for its lock (%s)" % (
-                                      g, locks.describe(h))))
-    runs = run_groups(ctx, to_run, interrupts, prog, CONVERGED, PLAYBOOKS["reprovision"], scheduler, skips,
-                      skip_previous, runner=guarded)
-    entries = group_entries(ctx, runs, skips, skip_previous)
-    code = exit_code_for(entries)
-    if ctx.rolling is None and converge_router(ctx, interrupts, prog) == FAILED:
-        code = EXIT_FAILED
-    return finish(ctx, entries, code)
-
-
-def converge_router(ctx, interrupts, prog):
-    """playbooks/router.yml when the run speaks for the whole fleet (router_step.decide): after the groups, or before
-    the roll with --rolling; its section goes into the report. Returns its result (converged, failed, cancelled or
-    skipped)."""
-    routers = ctx.inv.hosts_of(router_step.GROUP)
-    stopped = ctx.meta.get("stop_reason") or interrupts.reason or False
-    run, reason = router_step.decide(ctx.subcommand, routers, ctx.groups, ctx.inv.groups, ctx.rolling is not None,
-                                     ctx.tags, stopped)
-    ctx.meta["router"] = (router_step.converge(ctx, interrupts, prog, routers, reason) if run
-                          else router_step.skipped(reason))
-    return ctx.meta["router"]["result"]
-
-
-def cmd_plan(ctx, interrupts, prog):
-    scheduler = Scheduler(ctx.groups, parallel=ctx.args.parallel)
-    runs = run_groups(ctx, ctx.groups, interrupts, prog, OK, PLAYBOOKS["plan"], scheduler)
-    entries = group_entries(ctx, runs)
-    print_plan(entries)
-    return finish(ctx, entries, exit_code_for(entries))
-
-
-def cmd_status(ctx, interrupts, prog):
-    prometheus = ctx.args.prometheus or os.environ.get(metrics.PROMETHEUS_ENV) or None
-    try:
-        prometheus = metrics.check_url(prometheus) if prometheus else None
-        window = metrics.check_window(ctx.args.prometheus_window)
-    except ValueError as exc:
-        print("dspark-fleet: error: %s" % exc, file=sys.stderr)
-        return EXIT_USAGE
-    scheduler = Scheduler(ctx.groups, parallel=ctx.args.parallel)
-    runs = run_groups(ctx, ctx.groups, interrupts, prog, OK, PLAYBOOKS["status"], scheduler)
-    entries = group_entries(ctx, runs)
-    if prometheus:
-        prog.message("asking Prometheus %s for the engine's numbers (window %s)" % (prometheus, window))
-    metrics.attach(entries, runs, prometheus=prometheus, window=window, project_dir=ctx.project_dir)
-    print_status(entries)
-    watch.print_journal_summary(ctx.groups, ctx.args.journal or watch.journal_mod.default_path(
-        locks.state_dir(ctx.args.state_dir)))
-    return finish(ctx, entries, exit_code_for(entries))
-
-
-def cmd_watch(ctx, interrupts, prog):
-    return watch.run(ctx, ctx.args, interrupts, prog)
-
-
-def cmd_qualify(ctx, interrupts, prog):
-    """qualify.yml per group (no preflight, no group lock: it changes nothing); the verdicts come from the facts."""
-    scheduler = Scheduler(ctx.groups, parallel=ctx.args.parallel)
-    runs = run_groups(ctx, ctx.groups, interrupts, prog, OK, PLAYBOOKS["qualify"], scheduler)
-    entries = group_entries(ctx, runs)
-    return finish(ctx, entries, qualify.exit_code(entries),
-                  summary=lambda c, e: qualify.print_summary(e, c.meta.get("stop_reason")))
-
-
-def cmd_bundle(ctx, interrupts, prog):
-    return bundle.run(ctx, ctx.args, interrupts, prog)
-
-
-def cmd_acceptance(ctx, interrupts, prog):
-    return acceptance.command(ctx, ctx.args, interrupts, prog)
-
-
-COMMANDS = {"plan": cmd_plan, "reprovision": cmd_reprovision, "status": cmd_status, "watch": cmd_watch,
-            "qualify": cmd_qualify, "acceptance": cmd_acceptance, "bundle": cmd_bundle}
+def dispatch(args, argv, sel, opts, interrupts, prog):
+    """The subcommand's exit code. Each gets the Selection and what else it reads; those that write report.json
+    (reprovision, plan, status, qualify) the run's record too."""
+    if args.subcommand == "watch":
+        return watch.run(sel, args, interrupts, prog)
+    if args.subcommand == "acceptance":
+        return acceptance.command(sel, args, interrupts, prog)
+    if args.subcommand == "bundle":
+        return bundle.run(sel, args, interrupts, prog)
+    record = run_record.start(sel, opts, argv)
+    if args.subcommand == "reprovision":
+        return reprovision.run(sel, opts, record, interrupts, prog)
+    if args.subcommand == "plan":
+        return inspection.plan(sel, opts.parallel, record, interrupts, prog)
+    if args.subcommand == "status":
+        return inspection.status(sel, opts.parallel, record, interrupts, prog, prometheus=args.prometheus,
+                                 window=args.prometheus_window, journal_path=args.journal)
+    return inspection.qualify_groups(sel, opts.parallel, record, interrupts, prog)
 
 
 def main(argv=None):
@@ -791,12 +218,12 @@ def main(argv=None):
     try:
         if args.subcommand == "watch":     # before anything runs, ansible-inventory included
             refused = watch.trust_gate(args, os.path.abspath(args.project_dir) if args.project_dir
-                                       else default_project_dir())
+                                       else selection.default_project_dir())
             if refused is not None:
                 return refused
-        ctx = Context(args, argv)
-        ctx.prepare_artifacts()
-    except UsageError as exc:
+        sel, opts = selection.select(args, argv)
+        selection.prepare_artifacts(sel)
+    except selection.UsageError as exc:
         print("dspark-fleet: error: %s" % exc, file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -809,9 +236,9 @@ def main(argv=None):
     interrupts.install()
     prog = progress.make(sys.stderr, force_plain=args.plain)
     prog.message("dspark-fleet %s: %d group(s) of %s; artifacts in %s" % (
-        ctx.subcommand, len(ctx.groups), ctx.inventory, ctx.artifacts))
+        args.subcommand, len(sel.groups), sel.inventory, sel.artifacts))
     try:
-        return COMMANDS[ctx.subcommand](ctx, interrupts, prog)
+        return dispatch(args, argv, sel, opts, interrupts, prog)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -16,7 +16,7 @@ import time
 
 from . import runner_exec
 from .events import GroupEvents
-from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED
+from .scheduler import CANCELLED, CONVERGED, FAILED, NOT_STARTED, Scheduler
 
 ABANDON_GRACE_S = 3.0
 SAMPLE_EVERY_S = 0.2
@@ -240,3 +240,11 @@ class Fleet:
         self.progress.update(self.rows())
         self.progress.close()
         return self.runs
+
+
+def run_one(spec, success, progress, interrupts):
+    """One playbook run (the global validation, the router's) as a fleet of one, so that it shows its progress and a
+    signal cancels it: its GroupRun, judged `success` when ansible-runner says successful."""
+    runs = {spec.ident: GroupRun(spec.ident, spec)}
+    interrupts.run(Fleet(runs, Scheduler([spec.ident]), progress, judge=default_judge(success)))
+    return runs[spec.ident]

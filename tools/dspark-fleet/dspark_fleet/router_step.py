@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 
 from . import runner_exec
-from .orchestrator import Fleet, GroupRun, default_judge
-from .scheduler import CONVERGED, FAILED, Scheduler
+from .orchestrator import run_one
+from .scheduler import CONVERGED, FAILED
 
 PLAYBOOK = "playbooks/router.yml"
 GROUP = "dspark_router"
@@ -55,24 +55,13 @@ def skipped(reason):
             "hosts": []}
 
 
-def converge(ctx, interrupts, prog, routers, reason):
-    """router.yml on the dspark_router hosts (the run's extra vars passed on); the report's router section."""
-    args = []
-    for value in ctx.args.extra_vars:
-        args += ["-e", value]
-    spec = ctx.spec(IDENT, ctx.artifacts, PLAYBOOK, GROUP, args)
+def converge(spec, routers, reason, interrupts, prog):
+    """router.yml (`spec`, the run's extra vars passed on) on the dspark_router hosts; the report's router section."""
     if not os.path.isfile(spec.playbook):
-        return dict(skipped("%s has no %s" % (ctx.project_dir, PLAYBOOK)), result=FAILED,
+        return dict(skipped("%s has no %s" % (spec.project_dir, PLAYBOOK)), result=FAILED,
                     error="%s is missing under --project-dir" % PLAYBOOK)
     prog.message("router: converging %s (%s) - %s" % (", ".join(routers), PLAYBOOK, reason))
-    runs = {IDENT: GroupRun(IDENT, spec)}
-    fleet = Fleet(runs, Scheduler([IDENT]), prog, judge=default_judge(CONVERGED))
-    interrupts.fleet = fleet
-    if interrupts.count:
-        fleet.request_stop(interrupts.reason)
-    fleet.run()
-    interrupts.fleet = None
-    return section(runs[IDENT], reason, routers)
+    return section(run_one(spec, CONVERGED, prog, interrupts), reason, routers)
 
 
 def section(run, reason, routers):

@@ -1,6 +1,6 @@
 """The only module that calls ansible-runner: one ansible-playbook run per call, quiet, in its own artifact dir.
 
-Layout under the fleet's artifacts directory (see cli.py for the names):
+Layout under the fleet's artifacts directory (reprovision.py and group_runs.py name the runs):
 
 - ``.runner/``: ansible-runner's private data dir (only ``env/settings``: a 1 s poll so that a cancel takes
   effect within about a second); nothing else is written there (``suppress_env_files``);
