@@ -142,6 +142,18 @@ def parse_os_release(text):
     return fields
 
 
+def distribution_facts(fields, machine):
+    """The facts ansible.builtin.setup's distribution and platform subsets give that the docker_runtime role reads
+    (distribution, distribution_release, architecture), from /etc/os-release's fields and `uname -m`; {} when the
+    file lacks ID or VERSION_CODENAME (setup then gathers them). distribution as setup names it: the ID capitalized
+    (amzn and rhel renamed as it does)."""
+    ident, codename = fields.get('ID', '').strip(), fields.get('VERSION_CODENAME', '').strip()
+    if not ident or not codename or not machine:
+        return {}
+    name = {'amzn': 'Amazon', 'rhel': 'Redhat'}.get(ident.lower(), ident.capitalize())
+    return {'distribution': name, 'distribution_release': codename, 'architecture': machine}
+
+
 def os_string(fields):
     """'<ID> <VERSION_ID>' (ID lower case as the file has it; a missing VERSION_ID, as on rolling releases, is '')."""
     return ('%s %s' % (fields.get('ID', 'unknown'), fields.get('VERSION_ID', ''))).strip()

@@ -308,6 +308,14 @@ failed_checks:
   type: int
   returned: always
   sample: 1
+ansible_facts:
+  description:
+    - C(distribution), C(distribution_release) and C(architecture) as C(ansible.builtin.setup) names them (from
+      C(/etc/os-release) and C(uname -m)), so that a later play's role need not gather them; empty when
+      C(/etc/os-release) lacks C(ID) or C(VERSION_CODENAME).
+  type: dict
+  returned: success
+  sample: {"distribution": "Ubuntu", "distribution_release": "noble", "architecture": "aarch64"}
 facts:
   description: What was read, for reports.
   type: dict
@@ -676,6 +684,8 @@ def main():
         checks.append(qualify.judge_kernel(facts['kernel'], p['kernel_allow'], p['kernel_deny'],
                                            var('kernel_allow'), var('kernel_deny')))
         os_fields = qualify.parse_os_release(read_text('/etc/os-release') or read_text('/usr/lib/os-release'))
+        # The docker_runtime role reads these as setup names them: its own gathering is skipped when they are here.
+        setup_facts = qualify.distribution_facts(os_fields, os.uname().machine)
         facts['os_id'] = os_fields.get('ID')
         facts['os_version'] = os_fields.get('VERSION_ID')
         checks.append(qualify.judge_os(os_fields, p['os_allow'], var('os_allow')))
@@ -714,7 +724,7 @@ def main():
         extra['image'] = read_image(module, p['image'])
     failed = qualify.count_failed(checks)
     module.exit_json(changed=False, checks=checks, failed_checks=failed, facts=facts, time=time_result,
-                     msg='%d of %d checks failed' % (failed, len(checks)), **extra)
+                     ansible_facts=setup_facts, msg='%d of %d checks failed' % (failed, len(checks)), **extra)
 
 
 if __name__ == '__main__':

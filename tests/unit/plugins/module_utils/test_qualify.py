@@ -427,3 +427,16 @@ def test_the_fabric_address_from_ip_json():
     assert qualify.holds_address(ipv4, ["enp2", "enp1"], "192.168.100.1")
     assert not qualify.holds_address(ipv4, ["enp2"], "192.168.100.1")
     assert not qualify.holds_address(ipv4, ["enp1"], "")
+
+
+def test_distribution_facts_as_setup_names_them():
+    q = qualify
+    ubuntu = q.parse_os_release('NAME="Ubuntu"\nID=ubuntu\nVERSION_CODENAME=noble\nID_LIKE=debian\n')
+    assert q.distribution_facts(ubuntu, "aarch64") == {"distribution": "Ubuntu", "distribution_release": "noble",
+                                                       "architecture": "aarch64"}
+    debian = q.parse_os_release('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_CODENAME=bookworm\n')
+    assert q.distribution_facts(debian, "x86_64")["distribution"] == "Debian"
+    assert q.distribution_facts({"ID": "rhel", "VERSION_CODENAME": "x"}, "x86_64")["distribution"] == "Redhat"
+    # Without a codename (Debian testing/sid, some derivatives) setup's own logic decides: nothing set here.
+    assert q.distribution_facts(q.parse_os_release("ID=debian\n"), "x86_64") == {}
+    assert q.distribution_facts(ubuntu, "") == {}
