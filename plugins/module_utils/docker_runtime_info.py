@@ -109,6 +109,13 @@ def live_restore(run_command, docker=DOCKER_CLI):
     return rc == 0 and out.strip() == 'true'
 
 
+def image_id(run_command, ref, docker=DOCKER_CLI):
+    """The local image ID of ``ref`` (as `docker image inspect` gives it), '' when it is not present."""
+    rc, out, _err = run_command([docker, 'image', 'inspect', '--format', '{{.Id}}', ref])
+    found = out.strip()
+    return found if rc == 0 and found.startswith('sha256:') else ''
+
+
 def compose_check(run_command, docker=DOCKER_CLI):
     """(version, problem): compose v2's version, and why it does not answer as a docker plugin ("" when it does)."""
     rc, out, err = run_command([docker, 'compose', 'version', '--short'])
@@ -119,7 +126,7 @@ def compose_check(run_command, docker=DOCKER_CLI):
     return version, '`docker compose version --short` exited %d: %s' % (rc, said)
 
 
-def read_state(run_command, daemon_json, files, exists=None, docker=None):
+def read_state(run_command, daemon_json, files, exists=None, docker=None, image=None):
     """Everything the role reads, as the module returns it (StateError: stop with its message)."""
     docker = docker or DOCKER_CLI
     cli = bool((exists or os.path.exists)(docker))
@@ -134,6 +141,7 @@ def read_state(run_command, daemon_json, files, exists=None, docker=None):
         'live_restore': False,
         'compose_version': '',
         'compose_problem': '',
+        'image_id': '',
     }
     if not cli:
         # A fresh node in check mode: nothing is installed, there is no dockerd to ask.
@@ -146,4 +154,6 @@ def read_state(run_command, daemon_json, files, exists=None, docker=None):
     result['running'] = running_containers(run_command, docker)
     result['live_restore'] = live_restore(run_command, docker)
     result['compose_version'], result['compose_problem'] = compose_check(run_command, docker)
+    if image:
+        result['image_id'] = image_id(run_command, image, docker)
     return result

@@ -39,6 +39,10 @@ options:
       - Fail when the docker CLI is installed and C(docker compose version --short) does not answer with a 2.x version.
     type: bool
     default: true
+  image:
+    description:
+      - An image reference (the serving image by digest) whose local ID to return in RV(image_id).
+    type: str
 extends_documentation_fragment:
   - dspark.cluster.read_only
 attributes:
@@ -114,6 +118,11 @@ compose_problem:
   description: Why compose v2 does not answer as a docker plugin; empty when it does.
   type: str
   returned: always
+image_id:
+  description: The local ID of O(image) (C(docker image inspect)); empty when it is not present or not asked for.
+  type: str
+  returned: always
+  sample: sha256:36cabc1eb086...
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -122,7 +131,7 @@ from ansible_collections.dspark.cluster.plugins.module_utils.docker_runtime_info
 
 def run(params, run_command):
     """The result dict for ``params`` (module arguments); StateError when the role must stop."""
-    result = read_state(run_command, params['daemon_json'], params['files'])
+    result = read_state(run_command, params['daemon_json'], params['files'], image=params.get('image'))
     if params['require_compose_v2'] and result['compose_problem']:
         raise StateError('compose v2 does not answer as a docker plugin: %s. Fix: install the compose v2 plugin '
                          '(docker-compose-plugin from Docker\'s repository, docker-compose-v2 on Ubuntu, docker-compose on '
@@ -136,6 +145,7 @@ def main():
             daemon_json=dict(type='path', default='/etc/docker/daemon.json'),
             files=dict(type='list', elements='path', default=['/etc/docker/daemon.json']),
             require_compose_v2=dict(type='bool', default=True),
+            image=dict(type='str'),
         ),
         supports_check_mode=True,
     )

@@ -77,6 +77,22 @@ def test_docker_group_users_are_existing_listed_members(monkeypatch):
     assert info.docker_group_users("absent") == []
 
 
+def test_the_image_is_looked_up_by_its_reference():
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        if argv[1:3] == ["image", "inspect"]:
+            return (0, "sha256:" + "a" * 64 + "\n", "") if argv[-1] == "reg/x@sha256:" + "b" * 64 else (1, "", "No such image")
+        return fake(HEALTHY)(argv)
+
+    assert info.image_id(run, "reg/x@sha256:" + "b" * 64) == "sha256:" + "a" * 64
+    assert info.image_id(run, "reg/other:1") == ""
+    state = info.read_state(run, "/nonexistent/daemon.json", [], exists=lambda path: True, image="reg/x@sha256:" + "b" * 64)
+    assert state["image_id"] == "sha256:" + "a" * 64
+    assert info.read_state(run, "/nonexistent/daemon.json", [], exists=lambda path: True)["image_id"] == ""
+
+
 def test_the_stats_feed_the_restart_reason_filter(tmp_path):
     daemon = tmp_path / "daemon.json"
     daemon.write_text("{}")
