@@ -35,6 +35,11 @@ options:
     description:
       - The private copy key on the source (C(checkpoint_ssh_key_path)); its public half is O(key_path)C(.pub).
     type: path
+  known_hosts:
+    description:
+      - The source's known_hosts file of the targets' host keys, whose content sha256, mode and owner RV(known_hosts)
+        returns (the role rewrites it only when it differs).
+    type: path
   host_key:
     description:
       - The target's SSH host public key; the module fails when it cannot be read.
@@ -124,6 +129,11 @@ key:
     ready:
       description: All three hold (the role's key tasks have nothing to do).
       type: bool
+known_hosts:
+  description: O(known_hosts)'s content sha256, octal mode, uid and gid; null when it is absent.
+  type: dict
+  returned: when O(known_hosts) is given
+  sample: {"sha256": "2c26b46b68ff...", "mode": "0644", "uid": 0, "gid": 0}
 host_key:
   description: The host key's type and key (no comment), when O(host_key) is given.
   type: str
@@ -176,6 +186,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint_scp_info import (
     account_state,
     existing_ancestor,
+    file_record,
     key_state,
     missing_tools,
     mount_state,
@@ -231,6 +242,8 @@ def run(params, module):
     result = dict(changed=False, tools_missing=missing_tools(params['tools']))
     if params.get('key_path'):
         result['key'] = key_state(params['key_path'])
+    if params.get('known_hosts'):
+        result['known_hosts'] = file_record(params['known_hosts'])
     if params.get('host_key'):
         result['host_key'] = read_host_key(params['host_key'])
         if result['host_key'] is None:
@@ -257,6 +270,7 @@ def main():
             tools=dict(type='list', elements='path', default=[]),
             key_path=dict(type='path', no_log=False),
             host_key=dict(type='path', no_log=False),
+            known_hosts=dict(type='path'),
             user=dict(type='str'),
             mount_path=dict(type='path'),
             receiver=dict(type='dict', options=dict(

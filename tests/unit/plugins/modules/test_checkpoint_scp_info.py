@@ -177,3 +177,15 @@ def test_main_reads_the_receiver_as_the_role_leaves_it(tmp_path, capsys, monkeyp
 def test_receiver_needs_the_user(capsys):
     code, result = run_main({"receiver": {"home": "/h", "comment": "c", "hub": "/hub", "model_dir": "/hub/m"}}, capsys)
     assert code == 1 and "receiver" in result["msg"]
+
+
+def test_known_hosts_record_is_content_digest_mode_and_owner(tmp_path, capsys):
+    known = tmp_path / "known_hosts"
+    known.write_text("10.0.0.1 ssh-ed25519 AAAAhost\n")
+    os.chmod(str(known), 0o644)
+    code, result = run_main({"known_hosts": str(known)}, capsys)
+    st = os.stat(str(known))
+    assert code == 0 and result["known_hosts"] == {
+        "sha256": utils.key_digest("10.0.0.1 ssh-ed25519 AAAAhost\n"), "mode": "0644", "uid": st.st_uid, "gid": st.st_gid}
+    code, result = run_main({"known_hosts": str(tmp_path / "absent")}, capsys)
+    assert code == 0 and result["known_hosts"] is None
