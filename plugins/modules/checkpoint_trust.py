@@ -11,9 +11,9 @@ module: checkpoint_trust
 short_description: Keep a group's checkpoint manifest digest on the controller and refuse another one
 version_added: 0.1.0
 description:
-  - Runs on the controller (C(delegate_to) C(localhost)). It keeps, per serving group, one record per model and
-    revision of the digest of the manifest that the group's source node built. The digest is C(manifest_sha256),
-    the one the checkpoint role's verified stamp records.
+  - Runs on the controller. Its action plugin does the work in the controller's process, without a module run.
+  - It keeps, per serving group, one record per model and revision of the digest of the manifest that the group's
+    source node built. The digest is C(manifest_sha256), the one the checkpoint role's verified stamp records.
   - The first manifest of a model and revision is recorded (trust on first use). Later runs must present the same
     digest. A revision is a commit, so its files never change, and another digest means the source's snapshot
     changed after it was first trusted. The module then fails before anything is copied, naming the group, both
@@ -98,77 +98,16 @@ code:
   sample: manifest_mismatch
 """
 
-import errno
-import json
-import os
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint import (
-    CheckpointError,
-    dump_json,
-    manifest_digest,
-    trust_decision,
-    trust_document,
-    trust_records,
-)
-
-
-def read_document(path):
-    try:
-        with open(path, 'rb') as f:
-            text = f.read().decode('utf-8')
-    except (IOError, OSError) as e:
-        if e.errno == errno.ENOENT:
-            return None
-        raise CheckpointError('cannot read the trust file %s: %s' % (path, e), 'malformed_trust')
-    try:
-        return json.loads(text)
-    except ValueError as e:
-        raise CheckpointError('the trust file %s is not JSON: %s' % (path, e), 'malformed_trust')
-
-
-def write_private(path, text):
-    directory = os.path.dirname(path) or '.'
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o700)
-    os.chmod(directory, 0o700)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.%s.' % os.path.basename(path))
-    try:
-        with os.fdopen(fd, 'w') as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
-        os.rename(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint import CheckpointError
+from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint_trust_file import check
 
 
 def run(module):
     p = module.params
-    digest = manifest_digest(p['manifest'])
-    model, revision = p['manifest'].get('model'), p['manifest'].get('revision')
-    if not model or not revision:
-        raise CheckpointError('the manifest names no model or revision', 'malformed_manifest')
-    records = trust_records(read_document(p['path']), p['group'])
-    known = records.get('%s@%s' % (model, revision))
-    trusted = known.get('manifest_sha256') if isinstance(known, dict) else None
-    decision, new_records = trust_decision(records, model, revision, digest, rotate=p['rotate'])
-    result = dict(changed=decision in ('new', 'rotated'), decision=decision, manifest_sha256=digest,
-                  trusted_sha256=trusted, path=p['path'])
-    if decision == 'mismatch':
-        module.fail_json(
-            msg='group %s: the source built a manifest of %s@%s with digest %s, but the controller trusts %s for it (%s). '
-                'A revision is a commit: its files do not change, so the source snapshot changed after it was first '
-                'trusted. Nothing was copied. Fix: find out what changed on the source (compare its manifest with a '
-                'target\'s stored copy) and restore it; only if the change is intended, run with '
-                'checkpoint_trust_rotate=true or remove the record %s@%s from %s'
-                % (p['group'], model, revision[:12], digest[:12], (trusted or '?')[:12], p['path'], model, revision,
-                   p['path']), code='manifest_mismatch', **result)
-    if result['changed'] and not module.check_mode:
-        write_private(p['path'], dump_json(trust_document(p['group'], new_records)))
+    result, message = check(p['path'], p['group'], p['manifest'], p['rotate'], module.check_mode)
+    if message:
+        module.fail_json(msg=message, code='manifest_mismatch', **result)
     module.exit_json(**result)
 
 
