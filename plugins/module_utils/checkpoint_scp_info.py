@@ -95,20 +95,6 @@ def read_authorized_key_digests(home):
         return []
 
 
-def file_record(path):
-    """A regular file's content sha256, octal mode, uid and gid (links not followed); None when absent or unreadable.
-    Only for files whose content is public (the source's known_hosts: the targets' host keys)."""
-    try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        with open(path, 'rb') as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
-    return {'sha256': digest, 'mode': '%04o' % stat.S_IMODE(st.st_mode), 'uid': st.st_uid, 'gid': st.st_gid}
-
-
 def passwd_fields(line):
     """`getent passwd USER`'s line as a dict (None when empty or malformed)."""
     fields = line.strip().split(':')

@@ -15,11 +15,11 @@ callable ``(argv) -> (rc, stdout, stderr)`` (AnsibleModule.run_command in the mo
 - ``docker compose version --short`` (compose v2 answers as a docker plugin).
 """
 
-import hashlib
 import json
 import os
 import re
-import stat
+
+from ansible_collections.dspark.cluster.plugins.module_utils.file_state import file_record
 
 DOCKER_CLI = '/usr/bin/docker'
 UNIT_PROPERTIES = 'ActiveState,ActiveEnterTimestamp,NeedDaemonReload,UnitFileState'
@@ -46,15 +46,8 @@ def file_stats(paths):
 def file_digest(path):
     """{"sha256", "mode"} of a regular file (links followed, as copy writes through them), None when absent or
     unreadable. Only for files whose content the module returns anyway (daemon.json)."""
-    try:
-        with open(path, 'rb') as handle:
-            digest = hashlib.sha256(handle.read()).hexdigest()
-            found = os.fstat(handle.fileno())
-    except OSError:
-        return None
-    if not stat.S_ISREG(found.st_mode):
-        return None
-    return {'sha256': digest, 'mode': '%04o' % stat.S_IMODE(found.st_mode)}
+    record = file_record(path, follow=True)
+    return {'sha256': record['sha256'], 'mode': record['mode']} if record else None
 
 
 def docker_group_users(group='docker'):

@@ -23,6 +23,7 @@ import os
 import re
 import stat
 
+from ansible_collections.dspark.cluster.plugins.module_utils.file_state import file_record
 from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint import (
     CheckpointError,
     load_verified_files,
@@ -61,12 +62,8 @@ def file_sha256(path):
 def file_digest(path):
     """{"sha256", "mode"} of a regular file (links not followed), None when absent or no regular file. Only for files
     that hold no secret: the digest is returned."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    digest = file_sha256(path) if stat.S_ISREG(info.st_mode) else None
-    return {'sha256': digest, 'mode': '%04o' % stat.S_IMODE(info.st_mode)} if digest else None
+    record = file_record(path)
+    return {'sha256': record['sha256'], 'mode': record['mode']} if record else None
 
 
 def file_current(path, sha256=None, mode=None, kind='file'):

@@ -343,13 +343,12 @@ details:
   type: dict
 """
 
-import hashlib
 import json
 import os
-import stat
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dspark.cluster.plugins.module_utils.file_state import file_record
 from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint import (
     CheckpointError,
     INDEX_FILE,
@@ -400,20 +399,6 @@ def write_atomic(module, path, text):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-
-
-def file_record(path):
-    """A small regular file's sha256 (hex), octal mode, uid and gid; None when it is absent, unreadable or no
-    regular file (links not followed)."""
-    try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        with open(path, 'rb') as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
-    except (IOError, OSError):
-        return None
-    return {'sha256': digest, 'mode': '%04o' % stat.S_IMODE(st.st_mode), 'uid': st.st_uid, 'gid': st.st_gid}
 
 
 def run(module):

@@ -183,10 +183,10 @@ import pwd
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dspark.cluster.plugins.module_utils.file_state import file_record
 from ansible_collections.dspark.cluster.plugins.module_utils.checkpoint_scp_info import (
     account_state,
     existing_ancestor,
-    file_record,
     key_state,
     missing_tools,
     mount_state,
