@@ -1125,6 +1125,10 @@ class Simulator:
     # ----- store and workers
     def start_store(self):
         self.store = Store(self.args.master_port, self.world_size, 'Worker', self.worker_pid(0))
+        # From here the head's rank 0 waits at the rendezvous, and the real head ignores SIGTERM: held before the line
+        # that says so is printed (a signal sent on seeing it must find it held; rank 0's thread keeps it until all
+        # ranks joined or the wait timed out).
+        self.holding_signals = True
         # Printed before the store exists, as torch prints it on entry.
         self.log_world_line(0)
         err = self.store.bind()
