@@ -1,0 +1,196 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to dspark.cluster
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The serve role's input rules (private; registered in _rules_base.RULES, run through plugin_utils._role_rules).
+
+Pure Python, no Ansible imports.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs
+from ansible_collections.dspark.cluster.plugins.plugin_utils._rules_base import HIDDEN, MOUNT_PATH_RE, ranges, rule
+from ansible_collections.dspark.cluster.plugins.plugin_utils._rules_checkpoint import _checkpoint_hf_cache
+
+# Keys reach vLLM from a 0600 file (--api-key in a YAML config, or its env file): characters that YAML, the shell or a
+# header would read differently are refused, so that the key vLLM checks is the key the operator wrote.
+KEY_RE = re.compile(r"^[A-Za-z0-9._~+/=:@-]+\Z")
+SERVE_MOUNT_PATHS = ("serve_jit_cache_dir", "serve_config_dir", "serve_hotfix_node_dir")
+
+
+_LOOPBACK_NAMES = frozenset(("localhost", "localhost.localdomain", "ip6-localhost"))
+
+
+def is_loopback(host):
+    """True when an API bind address (serve_host) listens on loopback only: 127.0.0.0/8, ::1, localhost."""
+    text = str(host).strip().strip("[]").lower()
+    if text in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
+
+
+@rule("serve.open_api", ["serve_host", "serve_api_key", "serve_api_keys", "serve_allow_unauthenticated"])
+def _serve_open_api(member):
+    """Closed by default (issue #13): an API beyond loopback needs serve_api_key(s) or serve_allow_unauthenticated.
+    The head decides (it serves the API); every member reports it, so that preflight says it once for the group."""
+    head = member.member(member.group.ordered[0]) if member.group.ordered else member
+    host = head["serve_host"]
+    if host is None or is_loopback(host) or _inputs.is_true(head["serve_allow_unauthenticated"]):
+        return []
+    if head["serve_api_key"] or head["serve_api_keys"]:
+        return []
+    return [("serve_host", host, "makes the API of group %s listen beyond loopback (head %s) while serve_api_key and "
+             "serve_api_keys are empty: anyone who reaches the port can use the model" % (member.group.name, head.host),
+             "set serve_api_key (or serve_api_keys), or bind the API to 127.0.0.1 (serve_host), or accept an open API with "
+             "serve_allow_unauthenticated: true")]
+
+
+@rule("serve.engine_port", ["serve_edge", "serve_engine_port", "dspark_api_port", "dspark_master_port"])
+def _serve_engine_port(member):
+    """With the API edge (serve_edge), vLLM listens on 127.0.0.1:serve_engine_port: a TCP port that is neither the
+    edge's (dspark_api_port) nor the group's rendezvous (dspark_master_port)."""
+    if not _inputs.is_true(member["serve_edge"]):
+        return []
+    value = member["serve_engine_port"]
+    port = _inputs.as_int(value)
+    if port is None or isinstance(value, bool) or not 0 < port < 65536:
+        return [("serve_engine_port", value, "is not a TCP port (1-65535)",
+                 "set serve_engine_port to a free port for vLLM on loopback, e.g. 18888")]
+    for var in ("dspark_api_port", "dspark_master_port"):
+        if _inputs.as_int(member[var]) == port:
+            return [("serve_engine_port", value, "equals %s: vLLM listens on 127.0.0.1:serve_engine_port behind the API "
+                     "edge, which needs %s for itself" % (var, var), "give serve_engine_port another free port")]
+    return []
+
+
+SERVE_NUMBERS = ("serve_gpu_memory_utilization", "serve_max_num_seqs", "serve_max_num_batched_tokens", "serve_max_model_len",
+                 "serve_start_timeout", "serve_mtp_num_tokens", "serve_memory_guard_mib", "serve_memory_guard_wait")
+
+
+@rule("serve.numbers", SERVE_NUMBERS)
+def _serve_numbers(member):
+    """The fraction of GPU memory 0 < x <= 1; counts, lengths and the start timeout > 0; at least 5 MTP tokens (the
+    checkpoint's block size); the memory guard's size and wait >= 0 (_spec_ranges)."""
+    return ranges(member, SERVE_NUMBERS)
+
+
+@rule("serve.api_keys", ["serve_api_key", "serve_api_keys"])
+def _serve_api_keys(member):
+    """serve_api_key(s) hold no control character and no white space around a key (a vault value with a newline),
+    and each key has at least _inputs.API_KEY_MIN characters."""
+    out = []
+    key = member["serve_api_key"]
+    found = _inputs.control_problem(key, secret=True) or _inputs.short_key_problem(key)
+    if found:
+        out.append(("serve_api_key", HIDDEN) + found)
+    keys = member["serve_api_keys"]
+    if isinstance(keys, (list, tuple)):
+        for index, item in enumerate(keys):
+            found = _inputs.control_problem(item, secret=True) or _inputs.short_key_problem(item)
+            if found:
+                out.append(("serve_api_keys", HIDDEN, "has element %d that %s" % (index, found[0]), found[1]))
+                break
+    return out
+
+
+@rule("serve.one_key_setting", ["serve_api_key", "serve_api_keys"])
+def _serve_one_key_setting(member):
+    """At most one of serve_api_key and serve_api_keys is set."""
+    keys = member["serve_api_keys"]
+    if member["serve_api_key"] and keys and isinstance(keys, (list, tuple)):
+        return [("serve_api_keys", HIDDEN, "is set together with serve_api_key (the keys are not shown)",
+                 "set one of them: serve_api_key for one key, serve_api_keys for several")]
+    return []
+
+
+@rule("serve.key_characters", ["serve_api_key", "serve_api_keys"])
+def _serve_key_characters(member):
+    """Each API key is letters, digits and -._~+/=:@ only (no quote, backslash, `$`, `#`, inner white space or
+    non-ASCII character); control characters and short keys are serve.api_keys'."""
+    keys = member["serve_api_keys"]
+    values = [("serve_api_key", member["serve_api_key"])]
+    if isinstance(keys, (list, tuple)):
+        values += [("serve_api_keys", item) for item in keys]
+    bad = [var for var, key in values if isinstance(key, str) and key
+           and not (_inputs.control_problem(key, secret=True) or _inputs.short_key_problem(key)) and not KEY_RE.match(key)]
+    if not bad:
+        return []
+    return [(bad[0], HIDDEN, "has %d key(s) with white space, a quote, a backslash, `$`, `#` or a non-ASCII character (not "
+             "shown)" % len(bad), "use keys of letters, digits and -._~+/=:@ only, e.g. the output of `openssl rand -hex 24`")]
+
+
+@rule("serve.keys_off_argv", ["serve_extra_args", "serve_extra_env", "serve_api_key", "serve_api_keys"])
+def _serve_keys_off_argv(member):
+    """No key on vLLM's command line (serve_extra_args --api-key, or --config when several keys reach vLLM through
+    it) nor in serve_extra_env's VLLM_API_KEY (the compose file is world-readable)."""
+    out = []
+    args = member["serve_extra_args"]
+    keys = member["serve_api_keys"]
+    several = isinstance(keys, (list, tuple)) and len(keys) > 1
+    if isinstance(args, (list, tuple)):
+        flags = []
+        for arg in args:
+            flag = str(arg).split("=", 1)[0].replace("_", "-")
+            if (flag == "--api-key" or (several and flag == "--config")) and flag not in flags:
+                flags.append(flag)
+        if flags:
+            out.append(("serve_extra_args", "<holds %s>" % ", ".join(flags),
+                        "puts %s on vLLM's command line, which every local user sees (`ps`) and vLLM logs" % " and ".join(flags),
+                        "set serve_api_key or serve_api_keys instead (several keys reach vLLM through its --config file)"))
+    env = member["serve_extra_env"]
+    if isinstance(env, dict) and "VLLM_API_KEY" in env:
+        out.append(("serve_extra_env", "<sets VLLM_API_KEY>", "sets VLLM_API_KEY, which would be written to the "
+                    "world-readable compose file", "set serve_api_key (a 0600 file on rank 0 only) and remove it from "
+                    "serve_extra_env"))
+    return out
+
+
+@rule("serve.mount_paths", list(SERVE_MOUNT_PATHS))
+def _serve_mount_paths(member):
+    """The directories serve bind-mounts or writes (the model cache, JIT caches, config, recipe) are absolute paths
+    without colons, white space or control characters (a bind mount is `source:target`)."""
+    out = []
+    for var in SERVE_MOUNT_PATHS:
+        value = member[var]
+        if value is None or (isinstance(value, str) and MOUNT_PATH_RE.match(value)):
+            continue
+        out.append((var, value, "is not an absolute path without colons, white space or control characters (it becomes "
+                    "a bind mount `source:target`)", "choose a plain absolute path, e.g. %s" % (
+                        (member.specs.get(var) or {}).get("default") or "/var/lib/dspark/hf")))
+    return out
+
+
+@rule("serve.hf_cache_path", ["dspark_hf_cache"], covered_by="checkpoint.hf_cache")
+def _serve_hf_cache_path(member):
+    """The serve role alone: dspark_hf_cache, its model mount, is an absolute path without colons or white space
+    (preflight says it through checkpoint.hf_cache)."""
+    return [problem for problem in _checkpoint_hf_cache(member) if problem[2] != "the Hugging Face cache directory of every node"]
+
+
+@rule("serve.jit_cache_outside_model_cache", ["serve_jit_cache_dir", "dspark_hf_cache"])
+def _serve_jit_cache_outside(member):
+    """serve_jit_cache_dir is not inside dspark_hf_cache (the NFS mode mounts the model cache read-only, and compiled
+    kernels must not mix with the checkpoint the manifest covers)."""
+    jit, cache = member["serve_jit_cache_dir"], member["dspark_hf_cache"]
+    if not (isinstance(jit, str) and isinstance(cache, str) and jit.startswith("/") and cache.startswith("/")):
+        return []
+    if _inputs.inside(jit, cache):
+        return [("serve_jit_cache_dir", jit, "is inside dspark_hf_cache=%s, which the NFS mode mounts read-only" % cache,
+                 "choose a local directory outside it (default %s)" % (
+                     (member.specs.get("serve_jit_cache_dir") or {}).get("default") or "/var/lib/dspark/jit-cache"))]
+    return []
+
+
+@rule("serve.image", ["serve_image", "dspark_image"], covered_by="inventory: dspark_image")
+def _serve_image(member):
+    """serve_image (default dspark_image) is set."""
+    value = member["serve_image"]
+    if isinstance(value, str) and value.strip():
+        return []
+    return [("serve_image", value or None, "the serving image", "set dspark_image (or serve_image) to the image, pinned by digest")]
