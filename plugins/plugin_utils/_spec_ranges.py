@@ -8,8 +8,8 @@ default; the range a number must lie in is the one rule Ansible's spec format ca
 than as a key of the spec because ansible-lint's production profile refuses unknown keys in meta/argument_specs.yml.
 Each entry names an int or float option of a role's spec (tests/unit/plugins/plugin_utils/test_spec_ranges.py holds
 the table to that, and every default to its range). Float bounds mean a float option (read with _inputs.as_float),
-int bounds an int option. The rules read the table through _rules_base.ranges (wording by
-_inputs.range_problem). Pure Python, no Ansible imports.
+int bounds an int option. The rules read the table through _rules_base.ranges (the serving roles and the router,
+wording by _inputs.range_problem) and _rules_monitoring (its own wording). Pure Python, no Ansible imports.
 """
 
 from __future__ import annotations
@@ -75,6 +75,13 @@ RANGES = {
     "router_key_concurrency_limit": at_least(0),
     "router_max_body_bytes": at_least(0),
     "router_unauthenticated_rate": at_least(0),
+    # monitoring: alert thresholds (vllm:kv_cache_usage_perc is 1 at 100 %; IPv4's smallest MTU is 68), the collector
+    "monitoring_alert_kv_cache_usage": Range(0.0, 1.0, True),
+    "monitoring_alert_waiting_requests": at_least(0.0),
+    "monitoring_alert_ttft_p95_seconds": above(0.0),
+    "monitoring_alert_memory_available_bytes": at_least(0),
+    "monitoring_alert_fabric_mtu": at_least(68),
+    "monitoring_collector_interval": at_least(5),
 }
 
 

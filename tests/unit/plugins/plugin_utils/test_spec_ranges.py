@@ -1,7 +1,7 @@
 """The numeric ranges that extend the roles' argument specs (plugin_utils._spec_ranges, issue #44 item 2).
 
 Each range belongs to a number option of a role's meta/argument_specs.yml whose default lies in it, and a rule reads
-it (the rules of the serving roles and the router, through _rules_base.ranges).
+it: the rules of the serving roles and the router through _rules_base.ranges, the monitoring role's check_settings.
 """
 
 import os
@@ -11,7 +11,7 @@ import pytest
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs, _plan_vars, _role_rules, _rules_base, _spec_ranges
 
 ROLES_DIR = os.path.join(_role_rules.COLLECTION_ROOT, "roles")
-# Every role's options (monitoring's too: not a role of the serving hosts, so not in _plan_vars.SPEC_ROLES).
+# Every role's options, monitoring's too (not a role of the serving hosts, so not in _plan_vars.SPEC_ROLES).
 ALL_SPECS = _plan_vars.load_specs(ROLES_DIR, sorted(os.listdir(ROLES_DIR)))
 RANGES = _spec_ranges.RANGES
 
@@ -33,7 +33,16 @@ def test_every_range_is_read_by_a_rule():
     read = set()
     for item in _role_rules.RULES:
         read.update(item.variables)
-    assert sorted(set(RANGES) - read) == []
+    monitoring = sorted(var for var in RANGES if ALL_SPECS[var]["role"] == "monitoring")
+    assert sorted(set(RANGES) - read - set(monitoring)) == []
+    # monitoring's ranges are its check_settings' (one line per value outside the range)
+    settings = {var: ALL_SPECS[var].get("default") for var in ALL_SPECS if var.startswith("monitoring_")}
+    assert _role_rules.check_settings("monitoring", settings) == []
+    for var in monitoring:
+        low = RANGES[var].low
+        outside = low if RANGES[var].low_open else low - 1
+        problems = _role_rules.check_settings("monitoring", dict(settings, **{var: outside}))
+        assert [line for line in problems if line.startswith(var + "=")], (var, problems)
 
 
 @pytest.mark.parametrize("var, value, text", [
