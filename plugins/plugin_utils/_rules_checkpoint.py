@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The checkpoint role's input rules (private; registered in _rules_base.RULES, run through plugin_utils._role_rules).
 
-Also the mode every role reads (``mode``), the revision policy and the download URL rule the inventory rules and
-the tests share. Pure Python, no Ansible imports.
+Also what other modules read: the group's checkpoint mode (``mode``, the nfs_export rules' too), the modes
+(inventory_rules), the revision policy, and the rsync and URL patterns the playbook tests hold to. Pure Python, no
+Ansible imports.
 """
 
 from __future__ import annotations
