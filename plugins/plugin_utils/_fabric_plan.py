@@ -27,6 +27,14 @@ INPUT_VARS = {"interface": "dspark_fabric_interface", "hca": "dspark_fabric_hca"
               "cidr": "dspark_fabric_cidr", "mtu": "dspark_fabric_mtu", "secondary_interface": "fabric_secondary_interface",
               "secondary_cidr": "fabric_secondary_cidr", "secondary_address": "fabric_secondary_address",
               "bandwidth_extra_args": "fabric_bandwidth_extra_args"}
+# The fabric role's own variables the plan reads, under its keys (the rest of INPUT_VARS is the inventory's): the role
+# hands them over by their names (lookup dspark.cluster.role_vars, reads='fabric_plan'), phase "values" renames them.
+ROLE_VARS = {"network_backend": "fabric_network_backend", "netplan_renderer": "fabric_netplan_renderer",
+             "ring_rx": "fabric_ring_rx", "ring_tx": "fabric_ring_tx", "sysctls": "fabric_sysctls",
+             "ipv6_disable": "fabric_ipv6_disable", "ipv6_link_local": "fabric_ipv6_link_local", "memlock": "fabric_memlock",
+             "bandwidth_port": "fabric_bandwidth_port", "bandwidth_duration": "fabric_bandwidth_duration",
+             "bandwidth_min_gbits": "fabric_bandwidth_min_gbits", "bandwidth_on_low": "fabric_bandwidth_on_low"}
+VARIABLES = dict(INPUT_VARS, **ROLE_VARS)
 # The head receives each worker's test on the worker's port + this offset.
 HEAD_PORT_OFFSET = 100
 
@@ -669,6 +677,15 @@ def apply_script(inputs):
 # ``published`` maps a fact name to {member: its value} for what the members published with set_fact (fabric_links,
 # _fabric_phase_gid, fabric_check_result).
 
+def phase_values(values, published=None):
+    """The plan's inputs from the variables by their names (VARIABLES): each under the plan's key; the values the role
+    computed (host, group, model, the node's reads) as they are."""
+    names = set(VARIABLES.values())
+    out = {key: value for key, value in values.items() if key not in names}
+    out.update((key, values.get(var)) for key, var in VARIABLES.items())
+    return out
+
+
 def phase_inputs(inputs, published=None):
     """From the inputs alone: the fabric links, what fabric_check reads before the change, the sysctls it reads."""
     return {"links": links(inputs), "pre_args": pre_args(inputs), "sysctl_keys": sysctl_keys(inputs)}
@@ -710,6 +727,7 @@ def phase_report(inputs, published=None):
 
 # Phase -> (its function, the published facts it reads, whose: "peers" or "members").
 PHASES = {
+    "values": (phase_values, ()),
     "inputs": (phase_inputs, ()),
     "read": (phase_read, ()),
     "gid": (phase_gid, ()),

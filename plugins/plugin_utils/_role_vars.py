@@ -11,12 +11,15 @@ from __future__ import annotations
 import functools
 import os
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _plan_vars, _serve_command
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _plan_vars, _serve_command
 
 # A plan that reads a few of a role's many variables declares them in its module; the lookup's ``reads`` names the
 # plan, so that only those are templated (each templating costs controller CPU on every reference, and a variable the
 # plan does not read must not fail it: serve_image reads dspark_image, which may be a file lookup).
-READS = {"serve_command": _serve_command.VARIABLES}
+READS = {
+    "fabric_plan": tuple(_fabric_plan.VARIABLES.values()),
+    "serve_command": _serve_command.VARIABLES,
+}
 
 
 @functools.lru_cache(maxsize=None)

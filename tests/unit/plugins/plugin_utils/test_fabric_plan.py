@@ -417,3 +417,14 @@ def test_input_rules_and_links_never_raise_on_garbage():
         assert fp.input_problems(values_in)
         fp.links(values_in)
         fp.pre_args(values_in)
+
+
+def test_values_phase_renames_the_variables_and_keeps_what_the_role_computed():
+    """The role hands its variables over by their names (lookup role_vars); the plan's keys come from VARIABLES only."""
+    values = {"fabric_network_backend": "netplan", "dspark_fabric_mtu": 9000, "fabric_secondary_interface": "",
+              "host": "spark-head", "model": {"known": True}, "fabric_links": [{"name": "enp1"}]}
+    out = fabric_plan(values, "values")
+    assert out["network_backend"] == "netplan" and out["mtu"] == 9000 and out["secondary_interface"] == ""
+    assert out["host"] == "spark-head" and out["model"] == {"known": True} and out["fabric_links"] == [{"name": "enp1"}]
+    assert out["ring_rx"] is None and "fabric_network_backend" not in out and "dspark_fabric_mtu" not in out
+    assert set(fp.VARIABLES) <= set(out)
