@@ -10,6 +10,7 @@ its own values and the heads of the groups it routes to (plugin_utils._router_pl
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs, _router_plan
@@ -234,4 +235,22 @@ def _router_config_words(router):
             continue
         if not isinstance(value, str) or not pattern.match(value):
             out.append((var, value, "is not %s that can be written into haproxy.cfg safely" % what, fix))
+    return out
+
+
+def target_problems(target, routers=None, routed=None, router=None, action="drain"):
+    """The rules of router_target_group, the group that playbooks/router_drain.yml and router_enable.yml act on, as
+    sentences (each with its fix; the caller adds that nothing changed). Before any router is touched (``routers``:
+    the hosts of group dspark_router): a router exists and a group is named. On each router (``router``, the groups
+    it routes, ``routed``): the group is one of them."""
+    out = []
+    if routers is not None and not routers:
+        out.append("The inventory has no host in group dspark_router: there is no router%s."
+                   % (" to drain at" if action == "drain" else ""))
+    named = target is not None and str(target).strip() != ""
+    if not named:
+        out.append("Name the group: -e router_target_group=<group>.")
+    elif router is not None and str(target) not in [str(group) for group in routed or []]:
+        out.append("router_target_group=%s is not a serving group behind %s (routed: %s)."
+                   % (json.dumps(target), router, ", ".join(str(group) for group in routed or []) or "none"))
     return out
