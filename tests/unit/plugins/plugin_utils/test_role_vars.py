@@ -55,7 +55,7 @@ def test_pick_takes_the_defined_options_only_and_what_a_plan_reads():
 
 def test_every_role_variable_a_plan_reads_is_an_option_of_its_role():
     for plan, names in _role_vars.READS.items():
-        role = plan.split("_")[0]
+        role = plan.split("_", maxsplit=1)[0]
         declared = [name for name in names if name.startswith(role + "_")]
         assert set(declared) <= set(_role_vars.names(role, secrets=True)), plan
     assert set(_role_vars.READS["serve_command"]) == set(_serve_command.VARIABLES)
