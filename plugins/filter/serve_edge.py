@@ -18,8 +18,10 @@ description:
 options:
   _input:
     description:
-      - group, bind, api_port, engine_port, paths, keys (plain; only their hashes are returned), trusted_cidrs,
-        unauthenticated_rate, maxconn, timeout_client, timeout_server, keys_path, config_path.
+      - The serve role's variables the edge reads, by their names (C(VARIABLES) in C(plugins/plugin_utils/_serve_edge.py):
+        serve_host, serve_engine_port, serve_edge_allowed_paths, serve_edge_trusted_cidrs and the other serve_edge_*
+        settings; the lookup C(dspark.cluster.role_vars) with C(reads=serve_edge) gives them), and group, api_port,
+        keys (plain; only their hashes are returned), keys_path, config_path.
     type: dict
     required: true
   routers:
@@ -49,14 +51,21 @@ _value:
   type: dict
 """
 
+from ansible.errors import AnsibleFilterError
+
 
 # The logic is imported when the filter runs, not when this file loads (docs/design-fleet.md, controller cost).
 def serve_edge(settings, routers=(), monitors=()):
     from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_edge
+    missing = [name for name in _serve_edge.VARIABLES if name not in settings]
+    if missing:
+        raise AnsibleFilterError("dspark.cluster.serve_edge: %s not given. Fix: pass every variable of "
+                                 "_serve_edge.VARIABLES (lookup('dspark.cluster.role_vars', 'serve', reads='serve_edge'))"
+                                 % ", ".join(missing))
     values = dict(settings)
     values["trusted"] = (_serve_edge.trusted_hosts("dspark_router", routers)
                          + _serve_edge.trusted_hosts("dspark_monitor", monitors)
-                         + [("serve_edge_trusted_cidrs", c) for c in settings.get("trusted_cidrs") or []])
+                         + [("serve_edge_trusted_cidrs", c) for c in settings["serve_edge_trusted_cidrs"] or []])
     return _serve_edge.plan(values)
 
 

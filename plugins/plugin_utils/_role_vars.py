@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _plan_vars, _serve_command
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _plan_vars, _serve_command, _serve_edge
 
 # A plan that reads a few of a role's many variables declares them in its module; the lookup's ``reads`` names the
 # plan, so that only those are templated (each templating costs controller CPU on every reference, and a variable the
@@ -19,6 +19,8 @@ from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan
 READS = {
     "fabric_plan": tuple(_fabric_plan.VARIABLES.values()),
     "serve_command": _serve_command.VARIABLES,
+    "serve_compose": _serve_command.COMPOSE_VARIABLES,
+    "serve_edge": _serve_edge.VARIABLES,
 }
 
 

@@ -112,11 +112,17 @@ def command(values, group):
 
 # --------------------------------------------------------------------------- the compose file (was Jinja in
 # roles/serve/templates/compose.yaml.j2; the template prints these lines under its header).
-# The inputs of compose_lines, by name (the role's roles/serve/vars/main.yml _serve_compose_lines gathers them).
-COMPOSE_VALUES = (
-    "project", "container_name", "image_id", "entrypoint", "argv", "shm_size", "stop_grace_period", "group", "rank",
-    "hash", "environment", "hf_cache", "cache_read_only", "jit_cache_dir", "hotfix_dir", "keys_file", "ulimits",
-    "infiniband", "gpu",
+# The role's variables compose_lines reads, by their names: the lookup dspark.cluster.role_vars hands them over
+# (reads='serve_compose', registered in _role_vars.READS), so none is copied by hand under another name.
+COMPOSE_VARIABLES = (
+    "serve_project", "serve_container_name", "serve_shm_size", "serve_stop_grace_period", "serve_jit_cache_dir",
+    "serve_ulimits",
+)
+# Its other inputs: what the role computes (the definition, the probes) and the inventory's values
+# (roles/serve/vars/main.yml _serve_compose_lines combines them with the lookup's mapping).
+COMPOSE_VALUES = COMPOSE_VARIABLES + (
+    "image_id", "entrypoint", "argv", "group", "rank", "hash", "environment", "hf_cache", "cache_read_only",
+    "hotfix_dir", "keys_file", "infiniband", "gpu",
 )
 
 
@@ -139,10 +145,10 @@ def compose_lines(values):
     v = values
     environment = {str(key): str(value).replace("$", "$$") for key, value in (v["environment"] or {}).items()}
     out = [
-        "name: %s" % compose_scalar(v["project"]),
+        "name: %s" % compose_scalar(v["serve_project"]),
         "services:",
         "  vllm:",
-        "    container_name: %s" % compose_scalar(v["container_name"]),
+        "    container_name: %s" % compose_scalar(v["serve_container_name"]),
         "    image: %s" % compose_scalar(v["image_id"]),
         "    pull_policy: never",
         '    # "$@" is the command below, quoted: nothing is word-split, and no secret is on it.',
@@ -150,11 +156,11 @@ def compose_lines(values):
         "    command: %s" % _compose_list(v["argv"]),
         "    network_mode: host",
         "    ipc: host",
-        "    shm_size: %s" % compose_scalar(v["shm_size"]),
+        "    shm_size: %s" % compose_scalar(v["serve_shm_size"]),
         "    # Never restart a rank alone (after a crash or a reboot): the group restarts as one unit (playbooks/serve.yml,",
         "    # dspark-fleet watch). A lone rank cannot rejoin the rendezvous and loops (upstream issue #38).",
         '    restart: "no"',
-        "    stop_grace_period: %s" % compose_scalar(v["stop_grace_period"]),
+        "    stop_grace_period: %s" % compose_scalar(v["serve_stop_grace_period"]),
         "    labels:",
         "      dspark.cluster/group: %s" % compose_scalar(v["group"]),
         "      dspark.cluster/rank: %s" % compose_scalar(v["rank"]),
@@ -165,7 +171,7 @@ def compose_lines(values):
         "    volumes:",
         "      # Read-only where the cache is a read-only mount (the NFS mode's clients); JIT caches stay local.",
         "      - %s" % compose_scalar("%s:/cache/huggingface%s" % (v["hf_cache"], ":ro" if v["cache_read_only"] else "")),
-        "      - %s" % compose_scalar("%s:/cache/jit" % v["jit_cache_dir"]),
+        "      - %s" % compose_scalar("%s:/cache/jit" % v["serve_jit_cache_dir"]),
     ]
     if v["hotfix_dir"]:
         out += ["      # The recipe's hotfixes and the script that runs them before vLLM (upstream order, fail-closed), read-only.",
@@ -174,8 +180,8 @@ def compose_lines(values):
     if v["keys_file"]:
         out += ["      # Several API keys: the 0600 YAML file vLLM reads with --config (rank 0 only), read-only.",
                 "      - %s" % compose_scalar("%s:ro" % v["keys_file"])]
-    if v["ulimits"]:
-        out.append("    ulimits: %s" % to_json(v["ulimits"]))
+    if v["serve_ulimits"]:
+        out.append("    ulimits: %s" % to_json(v["serve_ulimits"]))
     if v["infiniband"]:
         out += ['    devices: ["/dev/infiniband:/dev/infiniband"]',
                 "    cap_add: [IPC_LOCK]"]

@@ -40,6 +40,14 @@ SCHEME_ACL = 'req.fhdr(authorization) -m beg -i "bearer "'
 KEY_SAMPLE = "req.fhdr(authorization),regsub(^bearer\\ ,,i),sha2(256),hex,lower"
 PROBE_PATHS = ("/health", "/metrics")
 LOOPBACK = ("127.0.0.0/8", "::1")
+# The serve role's variables the edge reads, by their names (the lookup dspark.cluster.role_vars hands them over:
+# reads='serve_edge', registered in _role_vars.READS); serve_edge_trusted_cidrs goes into `trusted` in the filter.
+VARIABLES = (
+    "serve_host", "serve_engine_port", "serve_edge_allowed_paths", "serve_edge_trusted_cidrs",
+    "serve_edge_unauthenticated_rate", "serve_edge_maxconn", "serve_edge_timeout_client", "serve_edge_timeout_server",
+)
+_NUMBERS = ("serve_edge_unauthenticated_rate", "serve_edge_maxconn", "serve_edge_timeout_client",
+            "serve_edge_timeout_server")
 
 _ERRORS = {
     400: ("invalid_request_error", "one Authorization header at most"),
@@ -108,23 +116,22 @@ def trusted_hosts(kind, hosts):
 def plan(settings):
     """The edge of one head: {config, key_hashes, unit, problems, sources}.
 
-    settings: group, bind (serve_host), api_port (dspark_api_port), engine_port (serve_engine_port), paths
-    (serve_edge_allowed_paths), keys (the group's API keys, plain; only their hashes are returned), trusted (list of
-    (variable, address or network): routers, monitors, serve_edge_trusted_cidrs), unauthenticated_rate, maxconn,
-    timeout_client, timeout_server (seconds), keys_path, config_path.
+    settings: the role's VARIABLES by their names (serve_edge_trusted_cidrs is read through ``trusted``), and group,
+    api_port (dspark_api_port), keys (the group's API keys, plain; only their hashes are returned), trusted (list of
+    (variable, address or network): routers, monitors, serve_edge_trusted_cidrs), keys_path, config_path.
     """
     problems = []
     api_port = _port(settings["api_port"], "dspark_api_port", problems)
-    engine_port = _port(settings["engine_port"], "serve_engine_port", problems)
+    engine_port = _port(settings["serve_engine_port"], "serve_engine_port", problems)
     if api_port and api_port == engine_port:
         problems.append("serve_engine_port=%d equals dspark_api_port: the engine listens on loopback behind the edge, "
                         "which takes dspark_api_port; fix: give serve_engine_port another free port" % engine_port)
-    paths = list(settings["paths"] or [])
+    paths = list(settings["serve_edge_allowed_paths"] or [])
     for path in paths:
         if not isinstance(path, str) or not _router_plan.PATH_RE.match(path):
             problems.append("serve_edge_allowed_paths holds %r, which is not a plain absolute path; fix: list paths "
                             "like /v1/chat/completions" % (path,))
-    bind = str(settings["bind"]).strip()
+    bind = str(settings["serve_host"]).strip()
     if not _router_plan.BIND_RE.match(bind):
         problems.append("serve_host=%r cannot be a bind address of the edge; fix: an address, e.g. 0.0.0.0" % bind)
     for var in ("keys_path", "config_path"):
@@ -133,11 +140,11 @@ def plan(settings):
     sources = _sources([("loopback", s) for s in LOOPBACK] + list(settings["trusted"] or []), problems)
     keys = [str(k) for k in settings["keys"] or []]
     numbers = {}
-    for name in ("unauthenticated_rate", "maxconn", "timeout_client", "timeout_server"):
+    for name in _NUMBERS:
         value = settings[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "unauthenticated_rate" else 1):
-            problems.append("serve_edge_%s=%r is not a whole number%s" % (name, value, " >= 0" if name ==
-                                                                          "unauthenticated_rate" else " > 0"))
+        least = 0 if name == "serve_edge_unauthenticated_rate" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            problems.append("%s=%r is not a whole number%s" % (name, value, " >= 0" if least == 0 else " > 0"))
             value = 1
         numbers[name] = value
     if problems:
@@ -146,7 +153,7 @@ def plan(settings):
     hashes = "".join(key_hash(k) + "\n" for k in sorted(set(keys)))
     bind_text = "[%s]" % bind if ":" in bind and not bind.startswith("[") else bind
     guarded = bool(keys)
-    rate = numbers["unauthenticated_rate"]
+    rate = numbers["serve_edge_unauthenticated_rate"]
     frontend = [
         "bind %s:%d" % (bind_text or "*", api_port),
         "option forwardfor",
@@ -186,9 +193,9 @@ def plan(settings):
             "chroot /var/lib/haproxy",
             "user haproxy",
             "group haproxy",
-            "maxconn %d" % numbers["maxconn"],
+            "maxconn %d" % numbers["serve_edge_maxconn"],
             "# A reload leaves the old process to finish its streams, for at most this long.",
-            "hard-stop-after %ds" % numbers["timeout_server"],
+            "hard-stop-after %ds" % numbers["serve_edge_timeout_server"],
         ]),
         ("defaults", [
             "log global",
@@ -199,8 +206,8 @@ def plan(settings):
             "option dontlognull",
             "timeout connect 2s",
             "# Streamed completions: long inactivity timeouts (a long prefill sends nothing for minutes).",
-            "timeout client %ds" % numbers["timeout_client"],
-            "timeout server %ds" % numbers["timeout_server"],
+            "timeout client %ds" % numbers["serve_edge_timeout_client"],
+            "timeout server %ds" % numbers["serve_edge_timeout_server"],
             "timeout http-request 30s",
             "timeout http-keep-alive 10s",
         ]),

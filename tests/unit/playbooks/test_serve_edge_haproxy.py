@@ -41,10 +41,11 @@ def defaults():
 
 def settings(work, engine_port, api_port, keys=(KEY, OTHER_KEY), rate=RATE):
     d = defaults()
-    return {"group": "pair_a", "bind": "127.0.0.1", "api_port": api_port, "engine_port": engine_port,
-            "paths": d["serve_edge_allowed_paths"], "keys": list(keys), "trusted": [("routers", "10.1.2.3")],
-            "unauthenticated_rate": rate, "maxconn": d["serve_edge_maxconn"],
-            "timeout_client": d["serve_edge_timeout_client"], "timeout_server": d["serve_edge_timeout_server"],
+    return {"group": "pair_a", "serve_host": "127.0.0.1", "api_port": api_port, "serve_engine_port": engine_port,
+            "serve_edge_allowed_paths": d["serve_edge_allowed_paths"], "keys": list(keys),
+            "trusted": [("routers", "10.1.2.3")], "serve_edge_unauthenticated_rate": rate,
+            "serve_edge_maxconn": d["serve_edge_maxconn"], "serve_edge_timeout_client": d["serve_edge_timeout_client"],
+            "serve_edge_timeout_server": d["serve_edge_timeout_server"],
             "keys_path": str(work / "edge-keys.sha256"), "config_path": str(work / "edge.cfg")}
 
 
@@ -251,12 +252,12 @@ def test_without_keys_the_edge_still_allows_only_the_api_paths(tmp_path):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"engine_port": 8888, "api_port": 8888}, "serve_engine_port=8888 equals dspark_api_port"),
-    ({"engine_port": 0}, "serve_engine_port=0 is not a TCP port"),
-    ({"paths": ["/v1/models", "/v1/../metrics"]}, "serve_edge_allowed_paths holds '/v1/../metrics'"),
+    ({"serve_engine_port": 8888, "api_port": 8888}, "serve_engine_port=8888 equals dspark_api_port"),
+    ({"serve_engine_port": 0}, "serve_engine_port=0 is not a TCP port"),
+    ({"serve_edge_allowed_paths": ["/v1/models", "/v1/../metrics"]}, "serve_edge_allowed_paths holds '/v1/../metrics'"),
     ({"trusted": [("serve_edge_trusted_cidrs", "10.0.0.0/33")]}, "serve_edge_trusted_cidrs holds '10.0.0.0/33'"),
-    ({"unauthenticated_rate": -1}, "serve_edge_unauthenticated_rate=-1"),
-    ({"bind": "0.0.0.0 ssl crt /x"}, "serve_host='0.0.0.0 ssl crt /x'"),
+    ({"serve_edge_unauthenticated_rate": -1}, "serve_edge_unauthenticated_rate=-1"),
+    ({"serve_host": "0.0.0.0 ssl crt /x"}, "serve_host='0.0.0.0 ssl crt /x'"),
 ])
 def test_bad_settings_are_named_and_no_configuration_is_written(tmp_path, change, message):
     values = settings(tmp_path, 18888, 8888)

@@ -14,11 +14,11 @@ import yaml
 from ansible_collections.dspark.cluster.plugins.filter.serve_compose import serve_compose
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_command as sc
 
-BASE = {"project": "dspark", "container_name": "dspark-vllm", "image_id": "sha256:" + "0" * 64,
+BASE = {"serve_project": "dspark", "serve_container_name": "dspark-vllm", "image_id": "sha256:" + "0" * 64,
         "entrypoint": ["/bin/sh", "-c", 'exec "$@"', "dspark-serve"], "argv": ["vllm", "serve", "m", "--port", 8888],
-        "shm_size": "64g", "stop_grace_period": "30s", "group": "pair_a", "rank": 0, "hash": "f" * 64,
+        "serve_shm_size": "64g", "serve_stop_grace_period": "30s", "group": "pair_a", "rank": 0, "hash": "f" * 64,
         "environment": {"NCCL_SOCKET_IFNAME": "eth1", "TP": 2}, "hf_cache": "/var/lib/dspark/hf", "cache_read_only": False,
-        "jit_cache_dir": "/var/lib/dspark/jit-cache", "hotfix_dir": "", "keys_file": "", "ulimits": {}, "infiniband": False, "gpu": False}
+        "serve_jit_cache_dir": "/var/lib/dspark/jit-cache", "hotfix_dir": "", "keys_file": "", "serve_ulimits": {}, "infiniband": False, "gpu": False}
 HEAD = [
     'name: "dspark"', "services:", "  vllm:", '    container_name: "dspark-vllm"', '    image: "sha256:%s"' % ("0" * 64),
     "    pull_policy: never", '    # "$@" is the command below, quoted: nothing is word-split, and no secret is on it.',
@@ -47,11 +47,11 @@ GPU = ["    deploy:", "      resources:", "        reservations:", "          de
     ({"cache_read_only": True}, [line.replace("huggingface", "huggingface:ro") for line in HEAD]),
     ({"hotfix_dir": "/var/lib/dspark/hotfixes/0123"}, HEAD + HOTFIX),
     ({"keys_file": "/etc/dspark/serve/api-keys.yaml:/opt/dspark-keys/api-keys.yaml"}, HEAD + KEYS),
-    ({"ulimits": {"memlock": -1, "stack": 67108864}}, HEAD + ULIMITS),
+    ({"serve_ulimits": {"memlock": -1, "stack": 67108864}}, HEAD + ULIMITS),
     ({"infiniband": True}, HEAD + IB),
     ({"gpu": True}, HEAD + GPU),
     ({"hotfix_dir": "/var/lib/dspark/hotfixes/0123", "keys_file": "/etc/dspark/serve/api-keys.yaml:/opt/dspark-keys/api-keys.yaml",
-      "ulimits": {"memlock": -1, "stack": 67108864}, "infiniband": True, "gpu": True}, HEAD + HOTFIX + KEYS + ULIMITS + IB + GPU),
+      "serve_ulimits": {"memlock": -1, "stack": 67108864}, "infiniband": True, "gpu": True}, HEAD + HOTFIX + KEYS + ULIMITS + IB + GPU),
 ])
 def test_compose_lines(overrides, expected):
     values = dict(BASE, **overrides)
@@ -74,13 +74,20 @@ def test_compose_scalar_is_one_json_string_with_dollars_doubled(value, expected)
 
 def test_hostile_values_stay_values():
     evil = "x\n    privileged: true\n    volumes: ['/:/host']"
-    values = dict(BASE, container_name=evil, environment={"EVIL": evil}, argv=["vllm", evil], entrypoint=["/bin/sh", evil], hf_cache=evil)
+    values = dict(BASE, serve_container_name=evil, environment={"EVIL": evil}, argv=["vllm", evil], entrypoint=["/bin/sh", evil], hf_cache=evil)
     doc = yaml.safe_load("\n".join(sc.compose_lines(values)))
     service = doc["services"]["vllm"]
     assert "privileged" not in service and len(service["volumes"]) == 2
     assert service["container_name"] == evil and service["environment"] == {"EVIL": evil}
     assert service["command"] == ["vllm", evil] and service["entrypoint"] == ["/bin/sh", evil]
     assert json.loads(sc.compose_scalar("$")) == "$$"
+
+
+def test_the_role_variables_are_read_by_their_names():
+    """The lookup role_vars (reads='serve_compose') hands over exactly these: serve_* names, each an input."""
+    assert all(name.startswith("serve_") for name in sc.COMPOSE_VARIABLES)
+    assert set(sc.COMPOSE_VARIABLES) <= set(sc.COMPOSE_VALUES) and set(BASE) == set(sc.COMPOSE_VALUES)
+    assert not [name for name in sc.COMPOSE_VALUES if name not in sc.COMPOSE_VARIABLES and name.startswith("serve_")]
 
 
 def test_a_missing_value_is_named():
