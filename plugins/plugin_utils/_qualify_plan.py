@@ -26,6 +26,23 @@ VERDICTS = ("fail", "warn", "pass", "info", "skip")
 # What qualify_fabric_end_to_end accepts.
 FABRIC_MODES = ("auto", "always", "never")
 
+# The role's variables each part reads, by their names: the lookup dspark.cluster.role_vars hands them over
+# (reads='qualify_<part>', registered in _role_vars.READS), so that none is copied by hand under another name.
+_GID = ("qualify_gid_interval",)
+_FLOOR = ("qualify_bandwidth_min_gbits", "qualify_bandwidth_min_fraction")
+VARIABLES = {
+    "disks": ("qualify_model_bytes", "qualify_disk_reserve_bytes", "qualify_disk_min_inodes", "qualify_docker_root",
+              "qualify_docker_root_min_bytes"),
+    "links": ("qualify_link_min_speed_mbps",),
+    "fabric_checks": ("qualify_fabric_end_to_end",),
+    "group_checks": ("qualify_time_max_offset_ms", "qualify_time_sync_required"),
+    "gid_checks": _GID,
+    "bandwidth_floor": _FLOOR,
+    "rdma_checks": _GID + _FLOOR,
+    "rdma_skip": ("qualify_rdma",),
+    "bandwidth_plan": ("qualify_bandwidth_port",),
+}
+
 
 def check(name, subject, value, threshold, verdict, message, fix=None, variable=None, scope="node"):
     return {"check": name, "subject": subject, "value": value, "threshold": threshold, "verdict": verdict,
@@ -42,20 +59,20 @@ def _int(value, default=0):
 def disks(inputs):
     """node_qualify's `disks`: the model cache (what the model still needs plus the reserve) and Docker's root.
 
-    inputs: hf_cache, model_bytes (qualify_model_bytes; 0: the checkpoint manifest's size), manifest_bytes (the
-    size a member's checkpoint manifest gives; 0: none), present_bytes (what of the model the cache holds already)
-    or present_path (where the model is in the cache: node_qualify measures it, and its label's {present} says what
-    it found), reserve_bytes, min_inodes, docker_root, docker_root_min_bytes.
+    inputs: VARIABLES["disks"] by their names (qualify_model_bytes 0: the checkpoint manifest's size), hf_cache,
+    manifest_bytes (the size a member's checkpoint manifest gives; 0: none), present_bytes (what of the model the
+    cache holds already) or present_path (where the model is in the cache: node_qualify measures it, and its label's
+    {present} says what it found).
     """
-    model = _int(inputs.get("model_bytes"))
+    model = _int(inputs.get("qualify_model_bytes"))
     source = "qualify_model_bytes"
     if not model and _int(inputs.get("manifest_bytes")):
         model, source = _int(inputs.get("manifest_bytes")), "the checkpoint manifest"
     measured = bool(inputs.get("present_path"))
     present = _int(inputs.get("present_bytes"))
-    need = _int(inputs.get("reserve_bytes")) + (0 if measured else max(0, model - present))
+    need = _int(inputs.get("qualify_disk_reserve_bytes")) + (0 if measured else max(0, model - present))
     # `variable` names the path's variable (the module's Fix offers another path); the label, what sets the need.
-    out = [{"path": inputs["hf_cache"], "need_bytes": need, "need_inodes": _int(inputs.get("min_inodes")),
+    out = [{"path": inputs["hf_cache"], "need_bytes": need, "need_inodes": _int(inputs.get("qualify_disk_min_inodes")),
             "variable": "dspark_hf_cache",
             "label": "the model cache: %s" % (
                 "the model's %d bytes (%s), %s already there, plus qualify_disk_reserve_bytes"
@@ -64,16 +81,19 @@ def disks(inputs):
                               "manifest yet: set it to the checkpoint's size)")}]
     if measured and model:
         out[0].update(model_bytes=model, present_path=inputs["present_path"])
-    if inputs.get("docker_root") and _int(inputs.get("docker_root_min_bytes")) > 0:
-        out.append({"path": inputs["docker_root"], "need_bytes": _int(inputs["docker_root_min_bytes"]),
+    if inputs.get("qualify_docker_root") and _int(inputs.get("qualify_docker_root_min_bytes")) > 0:
+        out.append({"path": inputs["qualify_docker_root"], "need_bytes": _int(inputs["qualify_docker_root_min_bytes"]),
                     "need_inodes": 0, "variable": "qualify_docker_root",
                     "label": "Docker's data root: qualify_docker_root_min_bytes"})
     return out
 
 
 def links(inputs):
-    """node_qualify's `links`: the fabric interface and the second one when the fabric role has one."""
-    speed = _int(inputs.get("min_speed_mbps"))
+    """node_qualify's `links`: the fabric interface and the second one when the fabric role has one.
+
+    inputs: interface, secondary_interface, qualify_link_min_speed_mbps.
+    """
+    speed = _int(inputs.get("qualify_link_min_speed_mbps"))
     out = [{"name": inputs["interface"], "variable": "dspark_fabric_interface", "min_speed_mbps": speed}]
     if inputs.get("secondary_interface"):
         out.append({"name": inputs["secondary_interface"], "variable": "fabric_secondary_interface",
@@ -142,10 +162,10 @@ def peers(inputs):
 def fabric_checks(inputs):
     """Checks from fabric_check's result (links with the MTU and address, and DF pings at the full MTU both ways).
 
-    inputs: mode (qualify_fabric_end_to_end), result (the fabric_check run; None or skipped when it did not run),
+    inputs: qualify_fabric_end_to_end, result (the fabric_check run; None or skipped when it did not run),
     unaddressed (the members without their fabric address, for the skip's message).
     """
-    mode = inputs.get("mode")
+    mode = inputs.get("qualify_fabric_end_to_end")
     result = inputs.get("result")
     if not result or result.get("skipped"):
         result = None
@@ -193,7 +213,7 @@ def group_checks(inputs):
     """The group's checks (clocks, interface names), judged on the head from what every member measured.
 
     inputs: measured ({host: node_qualify's result, or None when the member did not answer}), planned_links ({host:
-    the `links` it was asked to check}), max_offset_ms, time_sync_required.
+    the `links` it was asked to check}), qualify_time_max_offset_ms, qualify_time_sync_required.
     """
     planned_links = inputs.get("planned_links") or {}
     members = {}
@@ -201,9 +221,9 @@ def group_checks(inputs):
         if not res:
             continue
         members[host] = {"time": res.get("time") or {}, "links": list(planned_links.get(host) or [])}
-    checks = _judge.judge_group(members, max_offset_ms=_int(inputs.get("max_offset_ms"), 100),
+    checks = _judge.judge_group(members, max_offset_ms=_int(inputs.get("qualify_time_max_offset_ms"), 100),
                                 offset_variable="qualify_time_max_offset_ms")
-    if inputs.get("time_sync_required") in (False, "false", "False", "no"):
+    if inputs.get("qualify_time_sync_required") in (False, "false", "False", "no"):
         # Clocks nobody keeps in step (qualify_time_sync_required: false): their state is reported, not a failure.
         checks = [dict(c, verdict="warn", message=c["message"] + " (not required: qualify_time_sync_required is "
                        "false)") if c["check"] == "time" and c["verdict"] == FAIL else c for c in checks]
@@ -224,7 +244,7 @@ def rdma_port(inputs):
 def gid_checks(inputs):
     """The RoCE v2 GID of the fabric address: it exists, and two reads ``interval`` seconds apart give one index.
 
-    inputs: first, second (roce_gid_index results; second None or skipped in fast mode), interval, hca.
+    inputs: first, second (roce_gid_index results; second None or skipped in fast mode), qualify_gid_interval, hca.
     """
     first, second = inputs.get("first") or {}, inputs.get("second") or {}
     hca = inputs.get("hca")
@@ -243,23 +263,24 @@ def gid_checks(inputs):
     if second.get("failed") or later != index:
         return [check("gid", hca, {"first": index, "second": later}, "the same index on two reads", FAIL,
                       "the RoCE v2 GID index moved from %s to %s within %s s (a link event, or an address being "
-                      "changed)" % (index, later if later is not None else "none", inputs.get("interval")),
+                      "changed)" % (index, later if later is not None else "none", inputs.get("qualify_gid_interval")),
                       fix="find what changes the link (`ip monitor link address`, the network manager); the serve role "
                           "resolves the index at every start, but NCCL fails when it moves while the group runs",
                       variable="dspark_fabric_hca")]
     return [check("gid", hca, index, "the same index on two reads", PASS,
-                  "RoCE v2 GID index %s, the same on two reads %s s apart" % (index, inputs.get("interval")),
+                  "RoCE v2 GID index %s, the same on two reads %s s apart" % (index, inputs.get("qualify_gid_interval")),
                   variable="dspark_fabric_hca")]
 
 
 def bandwidth_floor(inputs):
     """The lowest acceptable RDMA bandwidth in Gb/s: qualify_bandwidth_min_gbits, or qualify_bandwidth_min_fraction of
-    the link's speed when the link reports one and that is higher. inputs: min_gbits, min_fraction, checks (this
-    node's node_qualify checks, whose link_speed gives the speed), interface."""
-    floor = float(inputs.get("min_gbits") or 0)
+    the link's speed when the link reports one and that is higher. inputs: qualify_bandwidth_min_gbits,
+    qualify_bandwidth_min_fraction, checks (this node's node_qualify checks, whose link_speed gives the speed),
+    interface."""
+    floor = float(inputs.get("qualify_bandwidth_min_gbits") or 0)
     speed = link_speed(inputs.get("checks"), inputs.get("interface"))
     if speed > 0:
-        floor = max(floor, float(inputs.get("min_fraction") or 0) * speed / 1000.0)
+        floor = max(floor, float(inputs.get("qualify_bandwidth_min_fraction") or 0) * speed / 1000.0)
     return round(floor, 3)
 
 
@@ -303,12 +324,14 @@ def bandwidth_checks(inputs):
 
 def rdma_checks(inputs):
     """This node's RoCE checks: ``skip`` (rdma_skip's) when the RoCE checks did not run, else gid_checks of ``gid``
-    plus bandwidth_checks of ``bandwidth`` (runs, and floor: bandwidth_floor's inputs)."""
+    plus bandwidth_checks of ``bandwidth`` (runs, and floor: bandwidth_floor's checks and interface); the role's
+    VARIABLES["rdma_checks"] by their names, each handed to the part that reads it."""
     if inputs.get("skip"):
         return list(inputs["skip"])
     bandwidth = inputs.get("bandwidth") or {}
-    return gid_checks(inputs.get("gid") or {}) + bandwidth_checks({"runs": bandwidth.get("runs") or {},
-                                                                   "floor": bandwidth_floor(bandwidth.get("floor") or {})})
+    gid = dict(inputs.get("gid") or {}, **{name: inputs.get(name) for name in VARIABLES["gid_checks"]})
+    floor = dict(bandwidth.get("floor") or {}, **{name: inputs.get(name) for name in VARIABLES["bandwidth_floor"]})
+    return gid_checks(gid) + bandwidth_checks({"runs": bandwidth.get("runs") or {}, "floor": bandwidth_floor(floor)})
 
 
 def bandwidth_peer(hostvars_of):
@@ -321,10 +344,10 @@ def bandwidth_peer(hostvars_of):
 def rdma_skip(inputs):
     """Why the RoCE checks (GID, bandwidth) do not run on this node, as one skip check, or [] when they run.
 
-    inputs: enabled (qualify_rdma), hca, container (fabric_check's), unaddressed.
+    inputs: qualify_rdma, hca, container (fabric_check's), unaddressed.
     """
     reason = None
-    if not inputs.get("enabled") or inputs.get("enabled") in ("false", "False", "no"):
+    if not inputs.get("qualify_rdma") or inputs.get("qualify_rdma") in ("false", "False", "no"):
         reason = "qualify_rdma is false"
     elif not inputs.get("hca"):
         reason = "dspark_fabric_hca is not set (no RDMA device named)"
@@ -346,10 +369,10 @@ def bandwidth_plan(inputs):
     """Every ordered pair of the group, one measurement each: this member receives from every other member (one
     server per sender, started at once) and sends to every other member in turn (the senders go one at a time).
 
-    inputs: rank, base_port, port ({device, ib_port} of this node or None), peers ({host: bandwidth_peer} of the other
+    inputs: rank, qualify_bandwidth_port, port ({device, ib_port} of this node or None), peers ({host: bandwidth_peer} of the other
     members).
     """
-    base = _int(inputs.get("base_port"), 18600)
+    base = _int(inputs.get("qualify_bandwidth_port"), 18600)
     mine = inputs.get("port")
     rank = _int(inputs.get("rank"))
     plan = {"receive": [], "send": []}

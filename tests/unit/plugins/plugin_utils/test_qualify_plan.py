@@ -14,9 +14,9 @@ GIB = 1024 ** 3
 
 
 def test_disks_need_what_the_model_still_needs_plus_the_reserve():
-    disks = plan.disks({"hf_cache": "/cache", "model_bytes": str(100 * GIB), "present_bytes": str(40 * GIB),
-                        "reserve_bytes": 10 * GIB, "min_inodes": "1000", "docker_root": "/var/lib/docker",
-                        "docker_root_min_bytes": 5 * GIB})
+    disks = plan.disks({"hf_cache": "/cache", "qualify_model_bytes": str(100 * GIB), "present_bytes": str(40 * GIB),
+                        "qualify_disk_reserve_bytes": 10 * GIB, "qualify_disk_min_inodes": "1000",
+                        "qualify_docker_root": "/var/lib/docker", "qualify_docker_root_min_bytes": 5 * GIB})
     assert disks[0]["path"] == "/cache"
     assert disks[0]["need_bytes"] == 70 * GIB
     assert disks[0]["need_inodes"] == 1000
@@ -26,22 +26,23 @@ def test_disks_need_what_the_model_still_needs_plus_the_reserve():
 
 
 def test_a_model_already_whole_in_the_cache_needs_only_the_reserve():
-    disks = plan.disks({"hf_cache": "/c", "model_bytes": 100, "present_bytes": 150, "reserve_bytes": 7,
-                        "docker_root_min_bytes": 0, "docker_root": "/d"})
+    disks = plan.disks({"hf_cache": "/c", "qualify_model_bytes": 100, "present_bytes": 150, "qualify_disk_reserve_bytes": 7,
+                        "qualify_docker_root_min_bytes": 0, "qualify_docker_root": "/d"})
     assert [d["need_bytes"] for d in disks] == [7]
 
 
 def test_an_unknown_model_size_checks_the_reserve_and_says_so():
-    disk = plan.disks({"hf_cache": "/c", "model_bytes": 0, "present_bytes": "garbage", "reserve_bytes": 9})[0]
+    disk = plan.disks({"hf_cache": "/c", "qualify_model_bytes": 0, "present_bytes": "garbage",
+                       "qualify_disk_reserve_bytes": 9})[0]
     assert disk["need_bytes"] == 9
     assert disk["variable"] == "dspark_hf_cache"
     assert "qualify_model_bytes is 0" in disk["label"] and "qualify_disk_reserve_bytes" in disk["label"]
 
 
 def test_links_add_the_second_fabric_interface():
-    assert plan.links({"interface": "a", "secondary_interface": "", "min_speed_mbps": "0"}) == [
+    assert plan.links({"interface": "a", "secondary_interface": "", "qualify_link_min_speed_mbps": "0"}) == [
         {"name": "a", "variable": "dspark_fabric_interface", "min_speed_mbps": 0}]
-    links = plan.links({"interface": "a", "secondary_interface": "b", "min_speed_mbps": 200000})
+    links = plan.links({"interface": "a", "secondary_interface": "b", "qualify_link_min_speed_mbps": 200000})
     assert [(l["name"], l["variable"], l["min_speed_mbps"]) for l in links] == [
         ("a", "dspark_fabric_interface", 200000), ("b", "fabric_secondary_interface", 200000)]
     assert plan.read_interfaces({"interface": "a"}) == [
@@ -72,9 +73,10 @@ def test_peers_and_ping_interfaces():
 
 
 def test_the_end_to_end_check_is_skipped_with_its_reason():
-    never = plan.fabric_checks({"mode": "never", "result": None})
+    never = plan.fabric_checks({"qualify_fabric_end_to_end": "never", "result": None})
     assert [c["verdict"] for c in never] == ["skip"]
-    first = plan.fabric_checks({"mode": "auto", "result": {"skipped": True}, "unaddressed": ["spark-worker"]})
+    first = plan.fabric_checks({"qualify_fabric_end_to_end": "auto", "result": {"skipped": True},
+                                "unaddressed": ["spark-worker"]})
     assert first[0]["verdict"] == "skip"
     assert "spark-worker" in first[0]["message"]
 
@@ -89,7 +91,7 @@ def test_fabric_check_results_become_checks():
                    "transmitted": 3, "received": 0, "too_long": True, "ok": False},
                   {"peer": "x", "address": "10.0.0.3", "interface": "f0", "size": 8972, "mtu": 9000,
                    "transmitted": 3, "received": 3, "ok": True}]}
-    checks = plan.fabric_checks({"mode": "auto", "result": result})
+    checks = plan.fabric_checks({"qualify_fabric_end_to_end": "auto", "result": result})
     assert [(c["check"], c["verdict"]) for c in checks] == [
         ("fabric_link", "fail"), ("mtu_end_to_end", "fail"), ("mtu_end_to_end", "pass")]
     assert checks[0]["message"] == "dspark_fabric_interface=f0 has MTU 1500, expected 9000 (dspark_fabric_mtu)."
@@ -120,23 +122,23 @@ def _measured(esterror_a, esterror_b, synced=True):
 def test_group_clocks_are_bounded_by_the_sum_of_their_errors():
     links = {"h": [{"name": "f0", "variable": "dspark_fabric_interface"}],
              "w": [{"name": "f0", "variable": "dspark_fabric_interface"}]}
-    ok = plan.group_checks({"measured": _measured(10, 20), "planned_links": links, "max_offset_ms": 100,
-                            "time_sync_required": True})
+    ok = plan.group_checks({"measured": _measured(10, 20), "planned_links": links, "qualify_time_max_offset_ms": 100,
+                            "qualify_time_sync_required": True})
     assert [c["verdict"] for c in ok if c["check"] == "time" and c["subject"] == "group"][0] == "pass"
     assert not [c for c in ok if c["verdict"] == "fail"]
-    far = plan.group_checks({"measured": _measured(60, 70), "planned_links": links, "max_offset_ms": "100",
-                             "time_sync_required": True})
+    far = plan.group_checks({"measured": _measured(60, 70), "planned_links": links, "qualify_time_max_offset_ms": "100",
+                             "qualify_time_sync_required": True})
     bad = [c for c in far if c["check"] == "time" and c["verdict"] == "fail"]
     assert bad and bad[0]["variable"] == "qualify_time_max_offset_ms" and "130" in bad[0]["message"]
 
 
 def test_unsynchronised_clocks_warn_when_sync_is_not_required():
     measured = _measured(16000, 16000, synced=False)
-    required = plan.group_checks({"measured": measured, "planned_links": {}, "max_offset_ms": 100,
-                                  "time_sync_required": True})
+    required = plan.group_checks({"measured": measured, "planned_links": {}, "qualify_time_max_offset_ms": 100,
+                                  "qualify_time_sync_required": True})
     assert any(c["check"] == "time" and c["verdict"] == "fail" for c in required)
-    relaxed = plan.group_checks({"measured": measured, "planned_links": {}, "max_offset_ms": 100,
-                                 "time_sync_required": False})
+    relaxed = plan.group_checks({"measured": measured, "planned_links": {}, "qualify_time_max_offset_ms": 100,
+                                 "qualify_time_sync_required": False})
     times = [c for c in relaxed if c["check"] == "time"]
     assert times and all(c["verdict"] != "fail" for c in times)
     assert any("qualify_time_sync_required is false" in c["message"] for c in times if c["verdict"] == "warn")
@@ -146,7 +148,7 @@ def test_group_interface_names_must_agree():
     measured = _measured(1, 1)
     links = {"h": [{"name": "f0", "variable": "dspark_fabric_interface"}],
              "w": [{"name": "f1", "variable": "dspark_fabric_interface"}]}
-    checks = plan.group_checks({"measured": measured, "planned_links": links, "max_offset_ms": 100})
+    checks = plan.group_checks({"measured": measured, "planned_links": links, "qualify_time_max_offset_ms": 100})
     names = [c for c in checks if c["check"] != "time"]
     assert names and names[0]["verdict"] == "fail" and "f1" in names[0]["message"], checks
 
@@ -178,27 +180,28 @@ def test_gid_checks():
     assert missing["verdict"] == "fail" and "rxe0" in missing["message"] and missing["variable"] == "dspark_fabric_hca"
     once = plan.gid_checks({"first": GID, "second": {"skipped": True}, "hca": "rxe0"})[0]
     assert once["verdict"] == "pass" and once["value"] == 3
-    same = plan.gid_checks({"first": GID, "second": dict(GID), "interval": 5, "hca": "rxe0"})[0]
+    same = plan.gid_checks({"first": GID, "second": dict(GID), "qualify_gid_interval": 5, "hca": "rxe0"})[0]
     assert same["verdict"] == "pass" and "two reads 5 s apart" in same["message"]
-    moved = plan.gid_checks({"first": GID, "second": dict(GID, gid_index=4), "interval": 5, "hca": "rxe0"})[0]
+    moved = plan.gid_checks({"first": GID, "second": dict(GID, gid_index=4), "qualify_gid_interval": 5, "hca": "rxe0"})[0]
     assert moved["verdict"] == "fail" and "moved from 3 to 4 within 5 s" in moved["message"] and moved["fix"]
 
 
 def test_the_bandwidth_floor_follows_the_link_speed_when_it_has_one():
     checks = [{"check": "link_speed", "subject": "f0", "value": 200000}, {"check": "link_speed", "subject": "f1", "value": -1}]
-    assert plan.bandwidth_floor({"min_gbits": 10, "min_fraction": 0.4, "checks": checks, "interface": "f0"}) == 80.0
-    assert plan.bandwidth_floor({"min_gbits": 10, "min_fraction": 0.4, "checks": checks, "interface": "f1"}) == 10.0
-    assert plan.bandwidth_floor({"min_gbits": "0.01", "min_fraction": 0.4, "checks": [], "interface": "f0"}) == 0.01
+    floor = {"qualify_bandwidth_min_gbits": 10, "qualify_bandwidth_min_fraction": 0.4, "checks": checks}
+    assert plan.bandwidth_floor(dict(floor, interface="f0")) == 80.0
+    assert plan.bandwidth_floor(dict(floor, interface="f1")) == 10.0
+    assert plan.bandwidth_floor(dict(floor, qualify_bandwidth_min_gbits="0.01", checks=[], interface="f0")) == 0.01
 
 
 def test_the_bandwidth_plan_and_its_checks():
     port = {"device": "rxe0", "ib_port": 1}
     peers = {"w1": plan.bandwidth_peer({"dspark_fabric_address": "10.0.0.2", "dspark_rank": 1, "_qualify_rdma_port": port}),
              "w2": plan.bandwidth_peer({"dspark_fabric_address": "10.0.0.3", "dspark_rank": "2"})}   # no RDMA port
-    head = plan.bandwidth_plan({"rank": 0, "base_port": 18600, "port": port, "peers": peers})
+    head = plan.bandwidth_plan({"rank": 0, "qualify_bandwidth_port": 18600, "port": port, "peers": peers})
     assert head == {"receive": [{"device": "rxe0", "ib_port": 1, "peer": "w1", "tcp_port": 18600 + 64}],
                     "send": [{"device": "rxe0", "ib_port": 1, "peer": "w1", "server": "10.0.0.2", "tcp_port": 18601}]}
-    worker = plan.bandwidth_plan({"rank": "1", "base_port": "18600", "port": port, "peers": {
+    worker = plan.bandwidth_plan({"rank": "1", "qualify_bandwidth_port": "18600", "port": port, "peers": {
         "h": plan.bandwidth_peer({"dspark_fabric_address": "10.0.0.1", "dspark_rank": 0, "_qualify_rdma_port": port})}})
     # What the head sends, the worker receives on the same port, and the other way round.
     assert worker["receive"][0]["tcp_port"] == head["send"][0]["tcp_port"]
@@ -216,9 +219,9 @@ def test_the_bandwidth_plan_and_its_checks():
 
 
 def test_why_rdma_is_not_checked():
-    base = {"enabled": True, "hca": "rxe0", "container": None, "unaddressed": []}
+    base = {"qualify_rdma": True, "hca": "rxe0", "container": None, "unaddressed": []}
     assert plan.rdma_skip(base) == []
-    for change, words in (({"enabled": False}, "qualify_rdma is false"), ({"hca": ""}, "dspark_fabric_hca is not set"),
+    for change, words in (({"qualify_rdma": False}, "qualify_rdma is false"), ({"hca": ""}, "dspark_fabric_hca is not set"),
                           ({"container": "docker"}, "container (docker)"), ({"unaddressed": ["w"]}, "not set up yet on w")):
         skip = plan.rdma_skip(dict(base, **change))
         assert len(skip) == 1 and skip[0]["verdict"] == "skip" and words in skip[0]["message"], (change, skip)
@@ -233,11 +236,12 @@ def test_the_model_size_from_a_members_checkpoint_manifest():
                "x": None, "y": {"content": "bm90IGpzb24="}}
     assert plan.manifest_bytes({"slurped": slurped}) == 150
     assert plan.manifest_bytes({"slurped": {"w": {"failed": True}}}) == 0
-    disk = plan.disks({"hf_cache": "/c", "model_bytes": 0, "manifest_bytes": 150, "present_bytes": 100,
-                       "reserve_bytes": 7})[0]
+    disk = plan.disks({"hf_cache": "/c", "qualify_model_bytes": 0, "manifest_bytes": 150, "present_bytes": 100,
+                       "qualify_disk_reserve_bytes": 7})[0]
     assert disk["need_bytes"] == 57 and "the checkpoint manifest" in disk["label"]
     assert disk["variable"] == "dspark_hf_cache"
-    set_by_hand = plan.disks({"hf_cache": "/c", "model_bytes": 500, "manifest_bytes": 150, "reserve_bytes": 0})[0]
+    set_by_hand = plan.disks({"hf_cache": "/c", "qualify_model_bytes": 500, "manifest_bytes": 150,
+                              "qualify_disk_reserve_bytes": 0})[0]
     assert set_by_hand["need_bytes"] == 500 and "(qualify_model_bytes)" in set_by_hand["label"]
 
 
@@ -264,14 +268,15 @@ def fixture_text(name):
 
 
 def test_node_qualify_measures_what_of_the_model_the_cache_holds():
-    disk = plan.disks({"hf_cache": "/c", "model_bytes": 0, "manifest_bytes": 150, "present_path": "/c/hub/models--o--m",
-                       "reserve_bytes": 7})[0]
+    disk = plan.disks({"hf_cache": "/c", "qualify_model_bytes": 0, "manifest_bytes": 150, "present_path": "/c/hub/models--o--m",
+                       "qualify_disk_reserve_bytes": 7})[0]
     # The module adds what of model_bytes is not there yet (du of present_path) and fills {present} in the label.
     assert disk["need_bytes"] == 7 and disk["model_bytes"] == 150 and disk["present_path"] == "/c/hub/models--o--m"
     assert "the model's 150 bytes (the checkpoint manifest), {present} already there" in disk["label"]
     need, label = qualify.model_disk_need(disk, 100)
     assert need == 57 and "150 bytes (the checkpoint manifest), 100 already there" in label
-    unknown = plan.disks({"hf_cache": "/c", "model_bytes": 0, "present_path": "/c/x", "reserve_bytes": 9})[0]
+    unknown = plan.disks({"hf_cache": "/c", "qualify_model_bytes": 0, "present_path": "/c/x",
+                          "qualify_disk_reserve_bytes": 9})[0]
     assert unknown["need_bytes"] == 9 and "model_bytes" not in unknown and "{present}" not in unknown["label"]
 
 
@@ -291,14 +296,28 @@ def test_the_gpu_image_as_node_qualify_saw_it():
 
 
 def test_the_rdma_checks_are_the_skip_or_the_gid_and_bandwidth_checks():
-    skip = plan.rdma_skip({"enabled": True, "hca": "rxe0", "container": "docker", "unaddressed": []})
+    skip = plan.rdma_skip({"qualify_rdma": True, "hca": "rxe0", "container": "docker", "unaddressed": []})
     assert plan.rdma_checks({"skip": skip, "gid": {"first": None}}) == skip
     fast = plan.rdma_checks({"skip": [], "gid": {"first": {"gid_index": 3}, "second": None, "hca": "rxe0"},
-                             "bandwidth": {"runs": {}, "floor": {"min_gbits": 10}}})
+                             "bandwidth": {"runs": {}, "floor": {}}, "qualify_bandwidth_min_gbits": 10})
     assert [(c["check"], c["verdict"]) for c in fast] == [("gid", "pass")]
     runs = {"results": [{"item": {"device": "rxe0", "peer": "w", "server": "10.0.0.2"}, "gbits_average": 5.0}]}
-    full = plan.rdma_checks({"skip": [], "gid": {"first": {"gid_index": 3}, "second": {"gid_index": 3}, "interval": 5,
-                                                 "hca": "rxe0"},
-                             "bandwidth": {"runs": runs, "floor": {"min_gbits": 10, "min_fraction": 0.4}}})
+    full = plan.rdma_checks({"skip": [], "gid": {"first": {"gid_index": 3}, "second": {"gid_index": 3}, "hca": "rxe0"},
+                             "bandwidth": {"runs": runs, "floor": {"checks": [], "interface": "f0"}},
+                             "qualify_gid_interval": 5, "qualify_bandwidth_min_gbits": 10,
+                             "qualify_bandwidth_min_fraction": 0.4})
     assert [(c["check"], c["verdict"]) for c in full] == [("gid", "pass"), ("rdma_bandwidth", "fail")]
-    assert full[1]["threshold"] == 10.0
+    assert full[1]["threshold"] == 10.0 and "5 s apart" in full[0]["message"]
+
+
+def test_each_part_reads_the_role_variables_it_declares_by_their_names():
+    """VARIABLES[part] is what the lookup role_vars hands over (reads='qualify_<part>'): options of the role, and
+    every one of them reaches the part (a changed value changes its result)."""
+    assert all(name.startswith("qualify_") for names in plan.VARIABLES.values() for name in names)
+    assert set(plan.VARIABLES) <= set(dir(plan))
+    assert plan.links({"interface": "a", "qualify_link_min_speed_mbps": 7})[0]["min_speed_mbps"] == 7
+    assert plan.bandwidth_plan({"rank": 0, "qualify_bandwidth_port": 20000, "port": {"device": "d", "ib_port": 1},
+                                "peers": {"w": {"address": "10.0.0.2", "rank": 1, "port": {}}}})["receive"] == []
+    assert plan.bandwidth_plan({"rank": 0, "qualify_bandwidth_port": 20000, "port": {"device": "d", "ib_port": 1},
+                                "peers": {"w": {"address": "10.0.0.2", "rank": 1, "port": {"device": "e"}}}}
+                               )["send"][0]["tcp_port"] == 20001
