@@ -18,9 +18,9 @@ description:
 options:
   _input:
     description:
-      - The serve role's variables the edge reads, by their names (C(VARIABLES) in C(plugins/plugin_utils/_serve_edge.py):
-        serve_host, serve_engine_port, serve_edge_allowed_paths, serve_edge_trusted_cidrs and the other serve_edge_*
-        settings; the lookup C(dspark.cluster.role_vars) with C(reads=serve_edge) gives them), and group, api_port,
+      - The serve role's variables the edge reads, by their names (C(VARIABLES) in C(plugins/plugin_utils/_serve_edge.py),
+        that is serve_host, serve_engine_port, serve_edge_allowed_paths, serve_edge_trusted_cidrs and the other serve_edge_*
+        settings, as the lookup C(dspark.cluster.role_vars) with C(reads=serve_edge) gives them), and group, api_port,
         keys (plain; only their hashes are returned), keys_path, config_path.
     type: dict
     required: true

@@ -55,7 +55,7 @@ def test_pick_takes_the_defined_options_only_and_what_a_plan_reads():
 
 def test_every_role_variable_a_plan_reads_is_an_option_of_its_role():
     for plan, names in _role_vars.READS.items():
-        role = plan.split("_")[0]
+        role = plan.split("_", maxsplit=1)[0]
         declared = [name for name in names if name.startswith(role + "_")]
         assert set(declared) <= set(_role_vars.names(role, secrets=True)), plan
     assert set(_role_vars.READS["serve_command"]) == set(_serve_command.VARIABLES)
@@ -141,5 +141,5 @@ def test_the_check_finds_a_copy_under_another_name(tmp_path):
     (vars_dir / "main.yml").write_text(
         "a: \"{{ {'interval': qualify_gid_interval, 'floor': {'min_gbits': qualify_bandwidth_min_gbits}} }}\"\n"
         "b: \"{{ {'x': qualify_rdma | bool, 'y': qualify_not_an_option, 'z': dspark_rank, 'w': qualify_gpu ~ ''} }}\"\n")
-    assert sorted(role_copies("qualify", str(tmp_path / "roles"))) == [("roles/qualify/vars/main.yml", "qualify_bandwidth_min_gbits"),
-                                              ("roles/qualify/vars/main.yml", "qualify_gid_interval")]
+    assert sorted(role_copies("qualify", str(tmp_path / "roles"))) == [
+        ("roles/qualify/vars/main.yml", "qualify_bandwidth_min_gbits"), ("roles/qualify/vars/main.yml", "qualify_gid_interval")]
