@@ -18,7 +18,10 @@ author:
   - dspark.cluster contributors (@dspark)
 options:
   _input:
-    description: The part's inputs (a dict; see each function of C(_qualify_plan)).
+    description:
+      - The part's inputs (a dict; see each function of C(_qualify_plan)). The role's variables a part reads are
+        named as the role names them (C(VARIABLES) in C(_qualify_plan)), as the lookup C(dspark.cluster.role_vars)
+        with C(reads=qualify_<part>) gives them.
     type: raw
     required: true
   part:
@@ -33,7 +36,9 @@ options:
 EXAMPLES = r"""
 - name: The disks this node checks
   ansible.builtin.debug:
-    msg: "{{ {'hf_cache': dspark_hf_cache, 'model_bytes': 0, 'reserve_bytes': 1073741824} | dspark.cluster.qualify_plan('disks') }}"
+    msg: >-
+      {{ lookup('dspark.cluster.role_vars', 'qualify', reads='qualify_disks') | combine({'hf_cache': dspark_hf_cache})
+         | dspark.cluster.qualify_plan('disks') }}
 """
 
 RETURN = r"""
