@@ -41,7 +41,8 @@ def run(argv, timeout=1800, env=None):
 
 
 def playbook(name, *args, timeout=1800, env=None):
-    """A playbook on the real group only (sim_pair and the router are the roll's: test_real_roll.py)."""
+    """A playbook on the real group only: `make realtest` converges real_pair alone (sim_pair and the router, there
+    for `make realtest-roll`, are left bare)."""
     return run([BIN / "ansible-playbook", "-i", INVENTORY, "--limit", GROUP, ROOT / name, *args], timeout=timeout,
                env=env)
 

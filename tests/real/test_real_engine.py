@@ -3,11 +3,11 @@ lab's tiny random-weight model (lab/model), tensor-parallel across the two nodes
 their fabric network, with two API keys and the firewall on. Not the simulator: the engine's own start-up, logs,
 failures and answers.
 
-`make realtest` brings the lab up, converges the whole lab twice with the newest ansible-core (the second run
-changed=0), runs the real suites (the Makefile's REAL_SUITES, this file last; each test here leaves the group serving
-but the last, which stops it) and takes the lab down. By hand: `make lab-real site-real`, then
+`make realtest` brings the lab up, converges real_pair twice with the newest ansible-core (the second run changed=0),
+runs these tests in file order (each leaves the group serving but the last, which stops it) and
+takes the lab down. By hand: `make lab-real site-real`, then
 `DSPARK_LAB_REQUIRED=1 .venv/bin/pytest -q tests/real/test_real_engine.py`. The roll through the router is
-test_real_roll.py, run before this file.
+test_real_roll.py (`make realtest-roll`).
 """
 
 import json
