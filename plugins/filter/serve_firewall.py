@@ -44,6 +44,12 @@ options:
       - The host's fabric interfaces by variable (C(dspark_fabric_interface), C(fabric_secondary_interface)), or a list
         of names; empty values are skipped. Every new IPv6 packet arriving on them is dropped (SSH excepted).
     type: raw
+  local_ports:
+    description:
+      - TCP ports no one but loopback may reach, the fabric peers included (the LMCache server's, C(serve_lmcache)).
+    type: list
+    elements: int
+    default: []
 """
 
 EXAMPLES = r"""
@@ -72,10 +78,10 @@ def _router_address(router):
     return router.get("dspark_mgmt_address") or router.get("ansible_host") or router.get("inventory_hostname")
 
 
-def serve_firewall(model, api_allowed_cidrs=None, ssh_ports=(22,), routers=(), fabric_interfaces=None):
+def serve_firewall(model, api_allowed_cidrs=None, ssh_ports=(22,), routers=(), fabric_interfaces=None, local_ports=()):
     from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_firewall
     return _serve_firewall.plan(model, api_allowed_cidrs or [], ssh_ports, [_router_address(r) for r in routers or []],
-                                fabric_interfaces=fabric_interfaces)
+                                fabric_interfaces=fabric_interfaces, local_ports=local_ports)
 
 
 class FilterModule:

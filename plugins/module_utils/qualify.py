@@ -351,6 +351,32 @@ def judge_memory(meminfo_text, fraction=0.0, reserve_mib=0, variable='serve_gpu_
                       'MemAvailable %d MiB >= %d MiB needed (%s)' % (available, need, how), None, variable)
 
 
+def judge_memory_budget(meminfo_text, fraction=0.0, l1_mib=0, reserve_mib=0, variable='serve_gpu_memory_utilization'):
+    """LMCache's L1 (issue #45) beside the engine: its share of MemTotal (unified memory on a DGX Spark), the L1 and the
+    host's reserve must fit in MemTotal, whatever runs now (a configuration that can never fit). None without an L1."""
+    if not l1_mib:
+        return None
+    total = meminfo_facts(meminfo_text)['memory_total_mib']
+    if total is None:
+        return make_check('memory', 'memory budget', {'total_mib': None}, None, 'skip',
+                          '/proc/meminfo has no MemTotal: the LMCache memory budget is not judged', None,
+                          'serve_lmcache_l1_size_gb')
+    total = int(total)
+    engine = int(math.ceil(fraction * total))
+    need = engine + int(l1_mib) + int(reserve_mib)
+    how = ('%s=%s x MemTotal %d MiB (%d MiB) + LMCache L1 %d MiB (serve_lmcache_l1_size_gb) + %d MiB '
+           '(serve_lmcache_memory_reserve_mib) = %d MiB' % (variable, fraction, total, engine, l1_mib, reserve_mib, need))
+    value = {'total_mib': total}
+    threshold = {'need_mib': need, 'engine_mib': engine, 'l1_mib': int(l1_mib), 'reserve_mib': int(reserve_mib)}
+    if need > total:
+        room_gb = (total - engine - int(reserve_mib)) // 1024
+        return make_check('memory', 'memory budget', value, threshold, 'fail',
+                          '%s > MemTotal %d MiB: the engine, LMCache\'s L1 and the host cannot all fit' % (how, total),
+                          'Lower serve_lmcache_l1_size_gb to at most %d, or lower %s (now %s)'
+                          % (max(room_gb, 0), variable, fraction), 'serve_lmcache_l1_size_gb')
+    return make_check('memory', 'memory budget', value, threshold, 'pass', '%s <= MemTotal %d MiB' % (how, total), None,
+                      'serve_lmcache_l1_size_gb')
+
 def parse_swaps(text):
     """Active swap areas from /proc/swaps: [{name, type, size_kib, used_kib, priority}] (header skipped)."""
     areas = []

@@ -218,14 +218,19 @@ def read_node(params, run):
 
     image = {'id': None, 'reason': ''}
     container = {'exists': False, 'status': '', 'config': ''}
+    lmcache = dict(container)
     if result['docker']:
         if p.get('image'):
             image = image_state(*run([docker, 'image', 'inspect', '--format', '{{.Id}}', p['image']]))
         if p.get('container'):
             rc, out, dummy = run([docker, 'container', 'inspect', p['container']])
             container = container_state(rc, out)
+        if p.get('lmcache_container'):
+            rc, out, dummy = run([docker, 'container', 'inspect', p['lmcache_container']])
+            lmcache = container_state(rc, out)
     result['image'] = image
     result['container'] = container
+    result['lmcache'] = lmcache
 
     result['cache_read_only'] = False
     if p.get('cache_dir'):

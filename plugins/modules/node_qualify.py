@@ -136,6 +136,17 @@ options:
       - The inventory variable that sets O(memory_fraction), named in the message and the fix.
     type: str
     default: serve_gpu_memory_utilization
+  lmcache_l1_mib:
+    description:
+      - LMCache's L1 beside the engine (C(serve_lmcache)), MiB. With it, O(memory_fraction) of C(MemTotal), this and
+        O(lmcache_reserve_mib) must fit in C(MemTotal) (the memory budget check). 0 skips that check.
+    type: int
+    default: 0
+  lmcache_reserve_mib:
+    description:
+      - The host's reserve in the memory budget check (C(serve_lmcache_memory_reserve_mib)), MiB.
+    type: int
+    default: 0
   swap:
     description:
       - V(any) reports swap only, V(off) fails when swap is on, V(on) fails when there is no swap.
@@ -637,6 +648,8 @@ def main():
             memory_fraction=dict(type='float', default=0.0),
             memory_reserve_mib=dict(type='int', default=0),
             memory_variable=dict(type='str', default='serve_gpu_memory_utilization'),
+            lmcache_l1_mib=dict(type='int', default=0),
+            lmcache_reserve_mib=dict(type='int', default=0),
             swap=dict(type='str', default='any', choices=['any', 'off', 'on']),
             oom_policy=dict(type='str', default='any', choices=['any', 'none', 'required']),
             cma_required=dict(type='bool', default=False),
@@ -702,6 +715,10 @@ def main():
         facts.update(qualify.meminfo_facts(meminfo))
         checks.append(qualify.judge_memory(meminfo, p['memory_fraction'], p['memory_reserve_mib'],
                                            p['memory_variable']))
+        budget = qualify.judge_memory_budget(meminfo, p['memory_fraction'], p['lmcache_l1_mib'], p['lmcache_reserve_mib'],
+                                             p['memory_variable'])
+        if budget:
+            checks.append(budget)
         checks.append(qualify.judge_cma(meminfo, p['cma_required'], var('cma_required')))
         checks.append(qualify.judge_swap(read_text('/proc/swaps'), meminfo, p['swap'], var('swap')))
         checks.append(measure_oom(module, p['oom_policy'], var('oom_policy')))

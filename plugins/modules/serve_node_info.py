@@ -49,6 +49,10 @@ options:
     description:
       - Name of the container whose state and fingerprint label to read.
     type: str
+  lmcache_container:
+    description:
+      - Name of the LMCache server's container beside it (serve_lmcache), read like O(container).
+    type: str
   cache_dir:
     description:
       - The model cache, whose mount options say whether it is read-only.
@@ -201,6 +205,11 @@ container:
   type: dict
   returned: always
   sample: {"exists": true, "status": "running", "config": "4f0c"}
+lmcache:
+  description: The LMCache server's container (O(lmcache_container)), as RV(container).
+  type: dict
+  returned: always
+  sample: {"exists": true, "status": "running", "config": "4f0c"}
 cache_read_only:
   description: Whether O(cache_dir) is mounted read-only.
   type: bool
@@ -281,6 +290,7 @@ def main():
             docker_path=dict(type='path', default='/usr/bin/docker'),
             image=dict(type='str'),
             container=dict(type='str'),
+            lmcache_container=dict(type='str'),
             cache_dir=dict(type='path'),
             snapshot_dir=dict(type='path'),
             nfs_mountpoint=dict(type='path'),

@@ -62,7 +62,7 @@ def disks(inputs):
     inputs: VARIABLES["disks"] by their names (qualify_model_bytes 0: the checkpoint manifest's size), hf_cache,
     manifest_bytes (the size a member's checkpoint manifest gives; 0: none), present_bytes (what of the model the
     cache holds already) or present_path (where the model is in the cache: node_qualify measures it, and its label's
-    {present} says what it found).
+    {present} says what it found); lmcache_disk_dir and lmcache_disk_gb (LMCache's disk tier, '' when none).
     """
     model = _int(inputs.get("qualify_model_bytes"))
     source = "qualify_model_bytes"
@@ -85,6 +85,13 @@ def disks(inputs):
         out.append({"path": inputs["qualify_docker_root"], "need_bytes": _int(inputs["qualify_docker_root_min_bytes"]),
                     "need_inodes": 0, "variable": "qualify_docker_root",
                     "label": "Docker's data root: qualify_docker_root_min_bytes"})
+    # LMCache's disk tier (serve_lmcache_disk_dir, issue #45): its bound less what it holds already.
+    if inputs.get("lmcache_disk_dir"):
+        size = _int(inputs.get("lmcache_disk_gb")) * 1024 ** 3
+        out.append({"path": inputs["lmcache_disk_dir"], "need_bytes": 0, "need_inodes": 0,
+                    "variable": "serve_lmcache_disk_dir", "model_bytes": size, "present_path": inputs["lmcache_disk_dir"],
+                    "label": "LMCache's disk tier: serve_lmcache_disk_size_gb=%d GB, {present} bytes of it there already"
+                             % _int(inputs.get("lmcache_disk_gb"))})
     return out
 
 

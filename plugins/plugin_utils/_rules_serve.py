@@ -194,3 +194,89 @@ def _serve_image(member):
     if isinstance(value, str) and value.strip():
         return []
     return [("serve_image", value or None, "the serving image", "set dspark_image (or serve_image) to the image, pinned by digest")]
+
+
+# -- LMCache beside every rank (issue #45; plugin_utils._serve_lmcache) ---------------------------------------------
+LMCACHE_NUMBERS = ("serve_lmcache_l1_size_gb", "serve_lmcache_chunk_size", "serve_lmcache_port", "serve_lmcache_http_port",
+                   "serve_lmcache_metrics_port", "serve_lmcache_disk_size_gb", "serve_lmcache_start_period",
+                   "serve_lmcache_memory_reserve_mib")
+LMCACHE_PORTS = ("serve_lmcache_port", "serve_lmcache_http_port", "serve_lmcache_metrics_port")
+
+
+@rule("serve.lmcache_numbers", list(LMCACHE_NUMBERS))
+def _serve_lmcache_numbers(member):
+    """The L1 and the disk bound at least 1 GB, chunks and the start period > 0, ports 1-65535, the reserve >= 0."""
+    return ranges(member, LMCACHE_NUMBERS)
+
+
+@rule("serve.lmcache_ports", ["serve_lmcache"] + list(LMCACHE_PORTS) + ["dspark_api_port", "dspark_master_port", "serve_edge",
+                                                                        "serve_engine_port"])
+def _serve_lmcache_ports(member):
+    """With serve_lmcache, its three listeners differ from each other and from the API, engine and rendezvous ports
+    (every one is on the host's network)."""
+    if not _inputs.is_true(member["serve_lmcache"]):
+        return []
+    taken = [("dspark_api_port", member["dspark_api_port"]), ("dspark_master_port", member["dspark_master_port"])]
+    if _inputs.is_true(member["serve_edge"]):
+        taken.append(("serve_engine_port", member["serve_engine_port"]))
+    out = []
+    for var in LMCACHE_PORTS:
+        value = member[var]
+        port = _inputs.as_int(value)
+        if port is None or isinstance(value, bool):
+            continue  # the ranges rule names it
+        clash = [name for name, other in taken if _inputs.as_int(other) == port]
+        if clash:
+            out.append((var, value, "equals %s: LMCache's server and the engine share the host's network" % clash[0],
+                        "give %s a port no other listener of the node uses (default %s)" % (
+                            var, (member.specs.get(var) or {}).get("default"))))
+        taken.append((var, value))
+    return out
+
+
+@rule("serve.lmcache_disk_dir", ["serve_lmcache", "serve_lmcache_disk_dir", "dspark_hf_cache"])
+def _serve_lmcache_disk_dir(member):
+    """With serve_lmcache, the disk tier (serve_lmcache_disk_dir) is empty or an absolute path without colons or white
+    space (a bind mount), outside dspark_hf_cache (read-only in every container, an NFS mount on the NFS mode's
+    clients)."""
+    value = member["serve_lmcache_disk_dir"]
+    if not _inputs.is_true(member["serve_lmcache"]) or value in ("", None):
+        return []
+    if not (isinstance(value, str) and MOUNT_PATH_RE.match(value)) or value.rstrip("/") == "":
+        return [("serve_lmcache_disk_dir", value, "is not an absolute path without colons, white space or control "
+                 "characters (it becomes a bind mount `source:target`)",
+                 "choose a directory on the node's NVMe, e.g. /var/lib/dspark/lmcache, or '' for no disk tier")]
+    cache = member["dspark_hf_cache"]
+    if isinstance(cache, str) and cache.startswith("/") and _inputs.inside(value, cache):
+        return [("serve_lmcache_disk_dir", value, "is inside dspark_hf_cache=%s, which every container mounts read-only"
+                 % cache, "choose a directory outside it, e.g. /var/lib/dspark/lmcache")]
+    return []
+
+
+@rule("serve.lmcache_chunk", ["serve_lmcache", "serve_lmcache_chunk_size", "serve_max_model_len"])
+def _serve_lmcache_chunk(member):
+    """With serve_lmcache, a chunk is not longer than the context (serve_max_model_len): LMCache stores whole chunks
+    only, so a longer chunk would never cache anything."""
+    if not _inputs.is_true(member["serve_lmcache"]):
+        return []
+    chunk, length = _inputs.as_int(member["serve_lmcache_chunk_size"]), _inputs.as_int(member["serve_max_model_len"])
+    if chunk and length and chunk > length:
+        return [("serve_lmcache_chunk_size", member["serve_lmcache_chunk_size"], "is longer than serve_max_model_len=%s: "
+                 "LMCache stores whole chunks only, so no prompt would ever be cached" % member["serve_max_model_len"],
+                 "set serve_lmcache_chunk_size to at most serve_max_model_len (e.g. 256, or 128 for short contexts)")]
+    return []
+
+
+@rule("serve.lmcache_one_connector", ["serve_lmcache", "serve_extra_args"])
+def _serve_lmcache_one_connector(member):
+    """With serve_lmcache, serve_extra_args sets no other KV connector (--kv-transfer-config, --kv-offloading-backend):
+    vLLM takes one, and the role writes LMCache's."""
+    args = member["serve_extra_args"]
+    if not _inputs.is_true(member["serve_lmcache"]) or not isinstance(args, (list, tuple)):
+        return []
+    flags = sorted({str(arg).split("=", 1)[0].replace("_", "-") for arg in args} & {"--kv-transfer-config", "--kv-offloading-backend"})
+    if flags:
+        return [("serve_extra_args", "<holds %s>" % ", ".join(flags), "sets a KV connector while serve_lmcache writes "
+                 "LMCache's (--kv-transfer-config); vLLM takes one", "remove %s from serve_extra_args, or set serve_lmcache: "
+                 "false to run your own connector" % " and ".join(flags))]
+    return []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs, _serve_lmcache
 
 THINKING_KWARGS = {
     "off": '{"thinking": false}',
@@ -27,7 +27,7 @@ VARIABLES = (
     "serve_served_model_name", "serve_host", "serve_recipe_args", "serve_kv_cache_dtype", "serve_block_size",
     "serve_max_model_len", "serve_max_num_seqs", "serve_max_num_batched_tokens", "serve_long_prefill_token_threshold",
     "serve_mtp_num_tokens", "serve_gpu_memory_utilization", "serve_speculative_method", "serve_draft_sample_method",
-    "serve_default_thinking", "serve_extra_args", "serve_trust_remote_code",
+    "serve_default_thinking", "serve_extra_args", "serve_trust_remote_code", "serve_lmcache", "serve_lmcache_port",
 )
 
 
@@ -101,6 +101,9 @@ def command(values, group):
                  "--reasoning-config", to_json(REASONING_CONFIG),
                  "--default-chat-template-kwargs", THINKING_KWARGS[thinking],
                  "--generation-config", "vllm", "--enable-flashinfer-autotune"]
+    # LMCache (#45): this node's server on loopback; only with it, so that the command of every other group stays.
+    if _serve_lmcache.enabled(v):
+        argv += ["--kv-transfer-config", _serve_lmcache.kv_transfer_config(v)]
     argv += ["--nnodes", str(group["size"]),
              "--node-rank", str(v["dspark_rank"]),
              "--master-addr", group["master_address"],
@@ -117,7 +120,7 @@ def command(values, group):
 COMPOSE_VARIABLES = (
     "serve_project", "serve_container_name", "serve_shm_size", "serve_stop_grace_period", "serve_jit_cache_dir",
     "serve_ulimits",
-)
+) + _serve_lmcache.VARIABLES
 # Its other inputs: what the role computes (the definition, the probes) and the inventory's values
 # (roles/serve/vars/main.yml _serve_compose_lines combines them with the lookup's mapping).
 COMPOSE_VALUES = COMPOSE_VARIABLES + (
@@ -186,8 +189,51 @@ def compose_lines(values):
         out += ['    devices: ["/dev/infiniband:/dev/infiniband"]',
                 "    cap_add: [IPC_LOCK]"]
     if v["gpu"]:
-        out += ["    deploy:",
-                "      resources:",
-                "        reservations:",
-                "          devices: [{driver: nvidia, count: all, capabilities: [gpu]}]"]
+        out += GPU_LINES
+    if _serve_lmcache.enabled(v):
+        out += ["    # LMCache's server first: without it vLLM hangs at the connector's registration instead of failing.",
+                "    depends_on: {lmcache: {condition: service_healthy}}"]
+        out += _lmcache_service(v)
+    return out
+
+
+GPU_LINES = ["    deploy:",
+             "      resources:",
+             "        reservations:",
+             "          devices: [{driver: nvidia, count: all, capabilities: [gpu]}]"]
+
+
+def _lmcache_service(v):
+    """The LMCache server's service (issue #45, plugin_utils._serve_lmcache): the serving image, the host's network and
+    IPC as vLLM's (the KV blocks pass through a shared-memory segment), the rank's labels, its health check."""
+    argv = _serve_lmcache.server_argv(v, v["group"], v["rank"])
+    out = ["  lmcache:",
+           "    container_name: %s" % compose_scalar(v["serve_lmcache_container_name"]),
+           "    image: %s" % compose_scalar(v["image_id"]),
+           "    pull_policy: never",
+           "    entrypoint: %s" % _compose_list(argv[:1]),
+           "    command: %s" % _compose_list(argv[1:]),
+           "    network_mode: host",
+           "    ipc: host",
+           '    restart: "no"',
+           "    stop_grace_period: %s" % compose_scalar(v["serve_stop_grace_period"]),
+           "    labels:",
+           "      dspark.cluster/group: %s" % compose_scalar(v["group"]),
+           "      dspark.cluster/rank: %s" % compose_scalar(v["rank"]),
+           "      dspark.cluster/config: %s" % compose_scalar(v["hash"]),
+           "    environment: {\"LMCACHE_DISABLE_BANNER\": \"1\"}",
+           "    healthcheck:",
+           "      test: %s" % _compose_list(_serve_lmcache.healthcheck(v)),
+           '      interval: "5s"',
+           '      timeout: "5s"',
+           "      retries: 3",
+           "      start_period: %s" % compose_scalar("%ss" % _inputs.as_int(v["serve_lmcache_start_period"]))]
+    if v["serve_lmcache_disk_dir"]:
+        out += ["    volumes:",
+                "      # The disk tier, which outlives the group's restarts.",
+                "      - %s" % compose_scalar("%s:%s" % (v["serve_lmcache_disk_dir"], _serve_lmcache.DISK_MOUNT))]
+    if v["serve_ulimits"]:
+        out.append("    ulimits: %s" % to_json(v["serve_ulimits"]))
+    if v["gpu"]:
+        out += GPU_LINES
     return out

@@ -120,7 +120,7 @@ def _set(name, kind, elements, interval=False):
     return lines
 
 
-def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, fabric_interfaces=None):
+def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, fabric_interfaces=None, local_ports=()):
     """{'ruleset', 'digest', 'problems', 'notes', 'peers', 'api_v4', 'api_v6', 'ports', 'fabric_interfaces'} for the
     host of a group model.
 
@@ -129,6 +129,8 @@ def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, 
     fabric_interfaces: {variable: interface name} (dspark_fabric_interface, fabric_secondary_interface) or a list of
     names; every new IPv6 packet arriving on them is dropped. None or no name: only the API and master ports are
     closed over IPv6 (the family-neutral rules), and ``notes`` says why.
+    local_ports: ports no one but loopback may reach, the fabric peers included (LMCache's server, issue #45: its
+    Prometheus exporter binds every address).
     """
     problems = []
     addresses = model.get("addresses") or {}
@@ -158,6 +160,7 @@ def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, 
                      "its name: over IPv6 it closes only the API and rendezvous ports (as over IPv4); the engine's other "
                      "ports stay open over IPv6 unless the fabric role turns IPv6 off there (fabric_ipv6_disable). Fix: set "
                      "dspark_fabric_interface (preflight and the fabric role need it too)" % host)
+    local = _ports(list(local_ports or ()), "serve_lmcache ports", problems)
     ssh = _ports(ssh_ports, "serve_firewall_ssh_ports", problems)
     if not ssh:
         problems.append("serve_firewall_ssh_ports=%r opens no SSH port: the firewall would lock Ansible out. Fix: list the "
@@ -178,7 +181,7 @@ def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, 
     # nft refuses overlapping intervals in one set: merge them (sorted, each network once).
     api_v4, api_v6 = _collapse(api_v4), _collapse(api_v6)
     result = {"problems": problems, "notes": notes, "fabric_interfaces": interfaces, "peers": peers, "api_v4": api_v4,
-              "api_v6": api_v6, "ports": dict(ports, ssh=ssh), "ruleset": "", "digest": "", "table": table}
+              "api_v6": api_v6, "ports": dict(ports, ssh=ssh, local=local), "ruleset": "", "digest": "", "table": table}
     if problems:
         return result
     api, master = ports["api_port"], ports["master_port"]
@@ -202,6 +205,8 @@ def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, 
     if interfaces:
         lines.append("\t\tmeta nfproto ipv6 iifname { %s } drop comment \"IPv6 on the fabric: the group speaks IPv4 there\""
                      % ", ".join('"%s"' % name for name in interfaces))
+    if local:
+        lines.append("\t\ttcp dport { %s } drop comment \"LMCache's server: loopback only\"" % ", ".join(str(p) for p in local))
     lines += [
         "\t\tip saddr @fabric_peers accept comment \"the group's fabric peers: rendezvous and engine ports\"",
         "\t\ttcp dport %d ip saddr @api_allowed_v4 accept comment \"API from serve_api_allowed_cidrs\"" % api,

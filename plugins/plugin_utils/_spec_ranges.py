@@ -60,6 +60,15 @@ RANGES = {
     "serve_mtp_num_tokens": at_least(5),
     "serve_memory_guard_mib": at_least(0),
     "serve_memory_guard_wait": at_least(0),
+    # serve, LMCache: an L1 of at least 1 GB (the server's unit), chunks, ports, the disk bound, the start period
+    "serve_lmcache_l1_size_gb": at_least(1),
+    "serve_lmcache_chunk_size": above(0),
+    "serve_lmcache_port": between(1, 65535),
+    "serve_lmcache_http_port": between(1, 65535),
+    "serve_lmcache_metrics_port": between(1, 65535),
+    "serve_lmcache_disk_size_gb": at_least(1),
+    "serve_lmcache_start_period": above(0),
+    "serve_lmcache_memory_reserve_mib": at_least(0),
     # router: listener ports (0: off), health check, per-key limits (0: no limit)
     "router_port": between(0, 65535),
     "router_tls_port": between(0, 65535),

@@ -3,6 +3,8 @@
 import json
 import os
 
+import math
+
 import pytest
 
 from ansible_collections.dspark.cluster.plugins.module_utils import qualify
@@ -156,6 +158,30 @@ def test_memory_short_names_missing_mib_variable_and_fix():
     assert check["verdict"] == "fail" and check["threshold"]["need_mib"] == 4608
     assert "3584 MiB missing" in check["message"] and "serve_gpu_memory_utilization=0.5" in check["message"]
     assert "reboot" in check["fix"] and "serve_gpu_memory_utilization" in check["fix"]
+
+
+@pytest.mark.parametrize("total_kib, fraction, l1_mib, reserve, verdict, room", [
+    (126976000, 0.835, 8192, 4096, "pass", None),      # a DGX Spark (124000 MiB): 103540 + 8192 + 4096 = 115828
+    (126976000, 0.835, 16384, 4096, "fail", 15),       # 124020 > 124000: at most 15 GB of L1 fit
+    (126976000, 0.80, 16384, 4096, "pass", None),      # the vision sidecar's share leaves room for it
+    (24683656, 0.0, 8192, 4096, "pass", None),         # this machine (no GPU: the engine's share is 0)
+])
+def test_memory_budget_with_lmcache(total_kib, fraction, l1_mib, reserve, verdict, room):
+    """#45: engine share + LMCache L1 + reserve against MemTotal, whatever runs now (MemAvailable plays no part)."""
+    meminfo = "MemTotal: %d kB\nMemAvailable: 1024 kB\n" % total_kib
+    check = qualify.judge_memory_budget(meminfo, fraction, l1_mib, reserve)
+    assert_shape(check)
+    assert check["verdict"] == verdict and check["variable"] == "serve_lmcache_l1_size_gb"
+    assert check["threshold"]["need_mib"] == math.ceil(fraction * (total_kib // 1024)) + l1_mib + reserve
+    assert "serve_gpu_memory_utilization=%s x MemTotal %d MiB" % (fraction, total_kib // 1024) in check["message"]
+    if room is not None:
+        assert "cannot all fit" in check["message"]
+        assert check["fix"].startswith("Lower serve_lmcache_l1_size_gb to at most %d, or lower serve_gpu_memory_utilization" % room)
+
+
+def test_memory_budget_only_with_an_l1():
+    assert qualify.judge_memory_budget("MemTotal: 1000 kB\n", 0.9, 0, 4096) is None
+    assert qualify.judge_memory_budget("Nothing: 1\n", 0.9, 1024, 0)["verdict"] == "skip"
 
 
 def test_memory_without_memavailable_skips():

@@ -173,3 +173,23 @@ def test_read_node_without_docker_nft_or_systemd(tmp_path):
     assert result["firewall"] == {"nft": False, "live_rc": 1, "live": "", "state": None}
     assert result["units"] == {"u.service": False} and result["active"] == {"e.service": False}
     assert not [c for c in run.calls if "docker" in c[0] or "nft" in c[0]]
+
+
+def test_read_node_reads_the_lmcache_server_beside_the_engine(tmp_path):
+    """#45: the LMCache server's container read like the engine's (a dead one makes the rank not current)."""
+    (tmp_path / "docker").write_text("")
+
+    def run(argv):
+        if argv[1:3] == ["container", "inspect"]:
+            status = {"dspark-vllm": "running", "dspark-lmcache": "exited"}.get(argv[3])
+            if status:
+                return 0, json.dumps([{"State": {"Status": status}, "Config": {"Labels": {sn.CONFIG_LABEL: "h"}}}]), ""
+            return 1, "", "Error: No such container: %s" % argv[3]
+        return 1, "", "unexpected"
+
+    result = sn.read_node(params(tmp_path, container="dspark-vllm", lmcache_container="dspark-lmcache"), run)
+    assert result["container"]["status"] == "running"
+    assert result["lmcache"] == {"exists": True, "status": "exited", "config": "h"}
+    result = sn.read_node(params(tmp_path, container="dspark-vllm", lmcache_container="gone"), run)
+    assert result["lmcache"] == {"exists": False, "status": "", "config": ""}
+    assert sn.read_node(params(tmp_path, container="dspark-vllm"), run)["lmcache"]["exists"] is False

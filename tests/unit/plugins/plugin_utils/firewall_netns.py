@@ -3,7 +3,7 @@ test_serve_firewall_packets.py (IPv4) and test_serve_firewall_ipv6.py (both fami
 
 Inside `unshare -rnm` (a user, network and mount namespace of its own; /run/netns on a private tmpfs) three network
 namespaces: `node` (the ruleset; listeners in both families on the wildcard for SSH 22, the API 8888, the master
-25000, an engine-like ephemeral port 41234 and an operator's unrelated service 5000), `fab` (the fabric link `nf`/`fn`:
+25000, an engine-like ephemeral port 41234, an operator's unrelated service 5000 and LMCache's 5555 and 9090), `fab` (the fabric link `nf`/`fn`:
 the peer 10.77.77.2 and a stranger 10.77.77.3 on the same wire, fd77::3 and fe80::3) and `mgmt` (the management
 network `nm`/`mn`: an allowed client 10.0.0.5 / fd00::5, the router 10.0.0.9 / fd00::9, an outsider 10.0.0.20 /
 fd00::20; a route to the fabric network through the node). TCP connects from each source address, before and after
@@ -27,7 +27,7 @@ LISTEN = textwrap.dedent("""
     import socket, sys, threading, time
     socks = []
     for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
-        for port in (22, 8888, 25000, 5000, 41234):
+        for port in (22, 8888, 25000, 5000, 41234, 5555, 9090):
             s = socket.socket(family); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)

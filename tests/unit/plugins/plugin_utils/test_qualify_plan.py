@@ -39,6 +39,18 @@ def test_an_unknown_model_size_checks_the_reserve_and_says_so():
     assert "qualify_model_bytes is 0" in disk["label"] and "qualify_disk_reserve_bytes" in disk["label"]
 
 
+def test_the_lmcache_disk_tier_needs_its_bound_less_what_it_holds():
+    """#45: the module measures what the tier holds (present_path) and needs the rest of serve_lmcache_disk_size_gb."""
+    base = {"hf_cache": "/c", "qualify_model_bytes": 0, "qualify_disk_reserve_bytes": 9}
+    assert len(plan.disks(dict(base, lmcache_disk_dir="", lmcache_disk_gb=100))) == 1
+    tier = plan.disks(dict(base, lmcache_disk_dir="/nvme/kv", lmcache_disk_gb="100"))[1]
+    assert tier == {"path": "/nvme/kv", "need_bytes": 0, "need_inodes": 0, "variable": "serve_lmcache_disk_dir",
+                    "model_bytes": 100 * GIB, "present_path": "/nvme/kv",
+                    "label": "LMCache's disk tier: serve_lmcache_disk_size_gb=100 GB, {present} bytes of it there already"}
+    need, label = qualify.model_disk_need(tier, 30 * GIB)
+    assert need == 70 * GIB and "%d bytes of it there" % (30 * GIB) in label
+
+
 def test_links_add_the_second_fabric_interface():
     assert plan.links({"interface": "a", "secondary_interface": "", "qualify_link_min_speed_mbps": "0"}) == [
         {"name": "a", "variable": "dspark_fabric_interface", "min_speed_mbps": 0}]

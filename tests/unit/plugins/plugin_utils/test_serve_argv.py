@@ -1,6 +1,8 @@
 """The serve role's vLLM command line (plugin_utils._serve_command); under real Ansible against the old Jinja's output:
 tests/unit/playbooks/test_serve_command.py and test_role_plans.py."""
 
+import json
+
 import pytest
 
 from ansible.errors import AnsibleFilterError
@@ -15,6 +17,7 @@ VALUES = {
     "serve_max_num_batched_tokens": 8192, "serve_long_prefill_token_threshold": 1024, "serve_mtp_num_tokens": 5,
     "serve_gpu_memory_utilization": 0.835, "serve_speculative_method": "dspark", "serve_draft_sample_method": "probabilistic",
     "serve_default_thinking": "high", "serve_extra_args": ["--seed", "1"], "serve_trust_remote_code": False,
+    "serve_lmcache": False, "serve_lmcache_port": 5555,
 }
 GROUP = {"size": 2, "master_address": "10.0.0.1", "master_port": 25000, "is_head": False}
 
@@ -63,3 +66,15 @@ def test_bad_inputs_name_the_variable_and_the_fix(values, text):
     with pytest.raises(AnsibleFilterError) as raised:
         serve_command(values, GROUP)
     assert text in str(raised.value)
+
+
+@pytest.mark.parametrize("on", [True, "yes"])
+def test_lmcache_adds_its_connector_before_the_multi_node_flags(on):
+    """#45: the connector to this node's server on loopback; the rest of the command as without it."""
+    off = _serve_command.command(VALUES, GROUP)
+    argv = _serve_command.command(dict(VALUES, serve_lmcache=on, serve_lmcache_port=5600), GROUP)
+    at = argv.index("--kv-transfer-config")
+    assert argv[:at] + argv[at + 2:] == off and argv[at + 2] == "--nnodes"
+    assert json.loads(argv[at + 1]) == {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
+                                        "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1",
+                                                                      "lmcache.mp.port": 5600}}

@@ -18,7 +18,11 @@ BASE = {"serve_project": "dspark", "serve_container_name": "dspark-vllm", "image
         "entrypoint": ["/bin/sh", "-c", 'exec "$@"', "dspark-serve"], "argv": ["vllm", "serve", "m", "--port", 8888],
         "serve_shm_size": "64g", "serve_stop_grace_period": "30s", "group": "pair_a", "rank": 0, "hash": "f" * 64,
         "environment": {"NCCL_SOCKET_IFNAME": "eth1", "TP": 2}, "hf_cache": "/var/lib/dspark/hf", "cache_read_only": False,
-        "serve_jit_cache_dir": "/var/lib/dspark/jit-cache", "hotfix_dir": "", "keys_file": "", "serve_ulimits": {}, "infiniband": False, "gpu": False}
+        "serve_jit_cache_dir": "/var/lib/dspark/jit-cache", "hotfix_dir": "", "keys_file": "", "serve_ulimits": {}, "infiniband": False, "gpu": False,
+        "serve_lmcache": False, "serve_lmcache_container_name": "dspark-lmcache", "serve_lmcache_l1_size_gb": 8,
+        "serve_lmcache_eviction_policy": "LRU", "serve_lmcache_chunk_size": 256, "serve_lmcache_port": 5555,
+        "serve_lmcache_http_port": 8080, "serve_lmcache_metrics_port": 9090, "serve_lmcache_disk_dir": "",
+        "serve_lmcache_disk_size_gb": 100, "serve_lmcache_extra_args": [], "serve_lmcache_start_period": 120}
 HEAD = [
     'name: "dspark"', "services:", "  vllm:", '    container_name: "dspark-vllm"', '    image: "sha256:%s"' % ("0" * 64),
     "    pull_policy: never", '    # "$@" is the command below, quoted: nothing is word-split, and no secret is on it.',
@@ -97,3 +101,32 @@ def test_a_missing_value_is_named():
         sc.compose_lines(values)
     with pytest.raises(Exception, match="hash, gpu not given"):
         serve_compose(values)
+
+
+def test_lmcache_off_changes_nothing_on_does_not_touch_the_engine_service():
+    """#45: off, every value of LMCache is ignored (running groups keep their file and hash); on, vLLM waits for the
+    server's health check and the server runs from the same image on the host's network and IPC, every port local."""
+    assert sc.compose_lines(dict(BASE, serve_lmcache_port=1, serve_lmcache_disk_dir="/x")) == HEAD
+    doc = yaml.safe_load("\n".join(sc.compose_lines(dict(BASE, serve_lmcache=True, serve_lmcache_disk_dir="/nvme/lmcache",
+                                                           serve_lmcache_extra_args=["--max-workers", 2]))))
+    engine, server = doc["services"]["vllm"], doc["services"]["lmcache"]
+    assert engine["depends_on"] == {"lmcache": {"condition": "service_healthy"}}
+    assert {k: v for k, v in engine.items() if k != "depends_on"} == yaml.safe_load("\n".join(HEAD))["services"]["vllm"]
+    assert server["image"] == BASE["image_id"] and server["network_mode"] == "host" and server["ipc"] == "host"
+    assert server["container_name"] == "dspark-lmcache" and server["restart"] == "no"
+    assert server["labels"] == engine["labels"]
+    argv = server["entrypoint"] + server["command"]
+    assert argv[:2] == ["lmcache", "server"] and argv[-2:] == ["--max-workers", "2"]
+    assert dict(zip(argv[2:-4:2], argv[3:-4:2]))["--shm-name"] == "dspark_pair_a_r0"
+    flags = dict(zip(argv[2:-2:2], argv[3:-2:2]))
+    assert flags["--host"] == flags["--http-host"] == "127.0.0.1" and flags["--supported-transfer-mode"] == "auto"
+    assert (flags["--port"], flags["--http-port"], flags["--prometheus-port"], flags["--l1-size-gb"]) == ("5555", "8080", "9090", "8")
+    assert json.loads(flags["--l2-adapter"]) == {"type": "fs_native", "base_path": "/cache/lmcache", "max_capacity_gb": 100,
+                                                 "eviction": {"eviction_policy": "LRU"}}
+    assert server["volumes"] == ["/nvme/lmcache:/cache/lmcache"]
+    assert server["healthcheck"]["test"] == ["CMD", "lmcache", "ping", "kvcache", "--url", "http://127.0.0.1:8080"]
+    assert server["healthcheck"]["start_period"] == "120s"
+    # Without a disk tier: no adapter, no volume; a GPU node gives the server the GPU too (CUDA IPC).
+    doc = yaml.safe_load("\n".join(sc.compose_lines(dict(BASE, serve_lmcache=True, gpu=True))))
+    assert "--l2-adapter" not in doc["services"]["lmcache"]["command"] and "volumes" not in doc["services"]["lmcache"]
+    assert doc["services"]["lmcache"]["deploy"] == doc["services"]["vllm"]["deploy"]
