@@ -37,6 +37,7 @@ ARGUMENT_SPEC = {
     "group": {"type": "str"},
     "container": {"type": "str", "default": tp_plan.DEFAULT_CONTAINER},
     "containers": {"type": "dict"},
+    "sidecars": {"type": "dict", "default": {}},
     "served_model_name": {"type": "str", "required": True},
     "api_port": {"type": "int"},
     "api_key": {"type": "str", "no_log": True},
@@ -138,6 +139,7 @@ class ActionModule(ActionBase):
         """One look at every member's container: observations, unreachable nodes; updates the log buffers."""
         observations = {}
         unreachable = {}
+        state["sidecars"] = {}
         for member in plan["members"]:
             node = member["node"]
             name = member["container"]
@@ -149,6 +151,11 @@ class ActionModule(ActionBase):
             state["streaks"][node] = 0
             obs = tp_docker.parse_inspect(rc, out, err)
             observations[node] = obs
+            sidecar = (args["sidecars"] or {}).get(node)
+            if sidecar:
+                rc, out, err = self._run_on(node, tp_docker.inspect_command(sidecar))
+                if rc is not None:
+                    state["sidecars"][node] = dict(tp_docker.parse_inspect(rc, out, err), name=sidecar)
             if not obs["exists"]:
                 continue
             buf = state["buffers"].setdefault(node, tp_logbuffer.LogBuffer(secrets=self._secrets(args)))
@@ -196,6 +203,7 @@ class ActionModule(ActionBase):
         assessment = tp_assess.assess_group(plan["world_size"],
                                             tp_logbuffer.logs_by_rank(plan, observations, state["buffers"]))
         extra = (tp_diagnosis.access_diagnoses(plan, observations, unreachable, state["streaks"])
+                 + tp_diagnosis.sidecar_diagnoses(plan, state["sidecars"])
                  + tp_diagnosis.restart_diagnoses(plan, observations, state["baselines"], assessment))
         return observations, assessment, extra
 

@@ -42,6 +42,12 @@ options:
         KV cache usage and the time to first token p95 since the engine started. Omitted or null when not read.
     type: dict
     required: false
+  lmcache:
+    description:
+      - Per host (same order), its LMCache server's C(state) and C(health) (C(serve_lmcache)), null where it is off.
+    type: list
+    elements: raw
+    required: false
 """
 
 EXAMPLES = r"""
@@ -55,7 +61,8 @@ _value:
   description: C(rows) (per rank host, rank, state, ended, running, exit_code, killed, finished, label),
     C(first_failure) (the row of the rank that failed first, or null), C(text) (the failure's lead, or empty),
     C(metrics) (source, window, running, waiting, kv_cache_usage, kv_cache_metric, ttft_p95_s, ttft_requests, models,
-    engines; null when the head's /metrics was not read or not vLLM's) and C(metrics_reason) (why it is null).
+    engines; null when the head's /metrics was not read or not vLLM's), C(metrics_reason) (why it is null) and
+    C(lmcache_down) (the hosts whose LMCache server does not run or fails its health check).
   type: dict
 """
 

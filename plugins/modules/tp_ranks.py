@@ -59,6 +59,11 @@ options:
   containers:
     description: Per-member container names (inventory host name to container name), overriding O(container).
     type: dict
+  sidecars:
+    description:
+      - Per-member containers the engine needs beside it (inventory host name to container name), such as the LMCache
+        server of C(serve_lmcache). One that is missing, stopped or unhealthy (its health check) fails the group.
+    type: dict
   served_model_name:
     description: The name the head serves (C(--served-model-name)); C(/v1/models) must list it.
     type: str

@@ -46,9 +46,16 @@ def row(host, rank, container):
             'finished': _padded(container.get('finished_at')) if ended else '', 'label': label}
 
 
-def view(hosts, ranks, containers, metrics=None):
+def lmcache_down(hosts, lmcache):
+    """The hosts whose LMCache server (serve_lmcache; {state, health} per host, None where it is off) does not run or
+    fails its health check."""
+    return [host for host, server in zip(hosts, lmcache or []) if isinstance(server, dict)
+            and (server.get('state') != 'running' or server.get('health') == 'unhealthy')]
+
+
+def view(hosts, ranks, containers, metrics=None, lmcache=None):
     """The group's hosts, their ranks and containers (same order) -> {rows, first_failure (a row or None), text,
-    metrics, metrics_reason}.
+    metrics, metrics_reason, lmcache_down (lmcache_down() of ``lmcache``, the hosts' LMCache servers)}.
 
     metrics: the head's GET /metrics as ansible.builtin.uri registered it (None: not read) -> `metrics` the engine's
     numbers (_vllm_metrics.summary) or None, `metrics_reason` why they are None.
@@ -70,4 +77,5 @@ def view(hosts, ranks, containers, metrics=None):
                         for r in rows if r['host'] != first['host'])
         text += ' '
     numbers, reason = _vllm_metrics.from_response(metrics)
-    return {'rows': rows, 'first_failure': first, 'text': text, 'metrics': numbers, 'metrics_reason': reason}
+    return {'rows': rows, 'first_failure': first, 'text': text, 'metrics': numbers, 'metrics_reason': reason,
+            'lmcache_down': lmcache_down(hosts, lmcache)}

@@ -105,6 +105,42 @@ def access_diagnoses(plan, observations, unreachable, streaks):
     return out
 
 
+_FIX_SIDECAR = ('Restart the group as one unit (playbooks/serve.yml -e serve_force_restart=true, or dspark-fleet watch does '
+                'it); read why it stopped first: docker logs %s on %s.')
+
+
+def sidecar_diagnoses(plan, sidecars):
+    """Fatal diagnoses for a container the engine needs beside it (LMCache's server, serve_lmcache) that is missing,
+    stopped or unhealthy: vLLM's KV connector waits on it instead of failing, so its logs alone would not say so.
+
+    sidecars: node -> parse_inspect() result with its ``name``; a node whose docker could not be asked is skipped
+    (access_diagnoses names it by the engine's container).
+    """
+    out = []
+    for member in plan['members']:
+        node = member['node']
+        obs = sidecars.get(node)
+        if not obs or obs.get('problem') == 'docker_error':
+            continue
+        rank, name = log_key(member), obs.get('name')
+        if not obs.get('exists'):
+            cause = 'The container %s beside rank %d on %s is not there (%s).' % (name, rank, node, obs.get('message'))
+            code = 'sidecar_missing'
+        elif not obs.get('running'):
+            cause = ('The container %s beside rank %d on %s is %s (exit code %s%s).'
+                     % (name, rank, node, obs.get('state'), obs.get('exit_code'),
+                        ', killed for lack of memory' if obs.get('oom_killed') else ''))
+            code = 'sidecar_stopped'
+        elif obs.get('health') == 'unhealthy':
+            cause = 'The container %s beside rank %d on %s fails its health check.' % (name, rank, node)
+            code = 'sidecar_unhealthy'
+        else:
+            continue
+        out.append(make_diag(code, rank, node, cause + " The engine's KV connector needs it.", _FIX_SIDECAR % (name, node),
+                             obs.get('error')))
+    return out
+
+
 def restart_diagnoses(plan, observations, baselines, assessment):
     """A container that restarted (restart policy, or a new start while polling) breaks the group."""
     previous = {}

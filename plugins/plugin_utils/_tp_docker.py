@@ -67,13 +67,13 @@ def parse_inspect(rc, stdout, stderr=''):
     """Container facts from `inspect_command` output, or from a plain ``docker inspect`` JSON list.
 
     Returns {exists, state, running, exit_code, restart_count, started_at,
-    finished_at, oom_killed, error, id, name, image, problem}; problem is None,
+    finished_at, oom_killed, error, id, name, image, health, problem}; problem is None,
     'missing' or 'docker_error' (docker unusable: not installed, no permission,
     become failed, e.g. sudo needs a password).
     """
     out = {'exists': False, 'state': None, 'running': False, 'exit_code': None, 'restart_count': None,
            'started_at': None, 'finished_at': None, 'oom_killed': None, 'error': None, 'id': None, 'name': None,
-           'image': None, 'problem': None, 'message': None}
+           'image': None, 'problem': None, 'message': None, 'health': None}
     text = (stdout or '').strip()
     err = (stderr or '').strip()
     if rc != 0 or not text:
@@ -105,6 +105,8 @@ def parse_inspect(rc, stdout, stderr=''):
         restart_count=data.get('RestartCount'), started_at=state.get('StartedAt'),
         finished_at=state.get('FinishedAt'), oom_killed=state.get('OOMKilled'), error=state.get('Error') or None,
         id=data.get('Id'), name=(data.get('Name') or '').lstrip('/') or None,
+        # The container's health check (healthy, unhealthy, starting), None without one.
+        health=(state.get('Health') or {}).get('Status') if isinstance(state.get('Health'), dict) else None,
         # Full `docker inspect`: Image is the image id and Config.Image the reference.
         image=(data.get('Config') or {}).get('Image') or data.get('Image'))
     return out

@@ -12,7 +12,7 @@ ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbo
 IMAGE = "sha256:" + "a" * 64
 
 
-def status(tmp_path, containers):
+def status(tmp_path, containers, extra=()):
     """ansible-playbook's output (whitespace collapsed) and rc; containers: name -> docker inspect line or None."""
     for name, line in containers.items():
         if line is not None:
@@ -23,6 +23,8 @@ def status(tmp_path, containers):
                "-e", "ansible_connection=local", "-e", "ansible_python_interpreter=" + sys.executable,
                "-e", "fake_docker_bin=" + HERE, "-e", "fake_docker_dir=" + str(tmp_path),
                "-e", "status_tasks=" + os.path.join(ROOT, "roles", "serve", "tasks", "status.yml")]
+    for item in extra:
+        command += ["-e", item]
     environ = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                    ANSIBLE_FORCE_COLOR="0")
     run = subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300, check=False)
@@ -83,3 +85,20 @@ def test_the_group_status_reaches_the_job_artifacts_before_the_failure(tmp_path,
     assert "RUN: dspark_status: pair:" in stats, stats
     assert "serving: false" in stats and "first_failure: ended: true exit_code: '137'" in stats, stats
     assert "host: spark-r1 killed: true" in stats, stats
+
+
+def test_an_lmcache_server_down_or_unhealthy_is_named(tmp_path):
+    """#45: with serve_lmcache, each rank's server is read beside its engine; one that stopped or fails its health
+    check is named in the group's failure (the engines run)."""
+    running = "running 0 0 %s false 0001-01-01T00:00:00Z" % IMAGE
+    rc, out = status(tmp_path, {"spark-head": running, "spark-r1": running, "lmc-spark-head": "running unhealthy",
+                                "lmc-spark-r1": "running healthy"},
+                     extra=["serve_lmcache=true", "serve_lmcache_container_name=lmc-{{ inventory_hostname }}"])
+    assert rc != 0
+    assert "LMCache server down or unhealthy on spark-head." in out, out[-3000:]
+    assert (tmp_path / "lmc-spark-r1.argv").read_text().splitlines() == [
+        "inspect", "--format", "{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}", "lmc-spark-r1"]
+    (tmp_path / "b").mkdir()
+    rc, out = status(tmp_path / "b", {"spark-head": running, "spark-r1": running, "lmc-spark-head": "running healthy"},
+                     extra=["serve_lmcache=true", "serve_lmcache_container_name=lmc-{{ inventory_hostname }}"])
+    assert "LMCache server down or unhealthy on spark-r1." in out, out[-3000:]

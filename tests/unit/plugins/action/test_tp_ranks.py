@@ -52,6 +52,7 @@ class FakeContainer:
         self.exists = True
         self.finished_at = None     # docker_ts(EPOCH + 5) once it is not running, unless set
         self.oom_killed = False
+        self.health = None          # a health check's status (healthy, unhealthy, starting), None without one
 
     def at(self, rnd, lines=(), **changes):
         self.schedule.append((rnd, dict(changes, lines=list(lines))))
@@ -64,13 +65,14 @@ class FakeContainer:
             for i, line in enumerate(changes["lines"]):
                 self.lines.append((now + i * 1e-6, line))
             for key in ("state", "exit_code", "restart_count", "started_at", "exists", "id", "finished_at",
-                        "oom_killed"):
+                        "oom_killed", "health"):
                 if key in changes:
                     setattr(self, key, changes[key])
             self.applied += 1
 
     def inspect(self):
         running = self.state == "running"
+        health = {"Health": {"Status": self.health, "FailingStreak": 0}} if self.health else {}
         return json.dumps({
             "Id": self.id, "Name": "/" + self.name, "RestartCount": self.restart_count,
             "Image": "ghcr.io/anemll/dspark-vllm-gx10:0.1.1",
@@ -79,7 +81,7 @@ class FakeContainer:
                       "Pid": 4242 if running else 0, "ExitCode": self.exit_code, "Error": "",
                       "StartedAt": self.started_at,
                       "FinishedAt": "0001-01-01T00:00:00Z" if running else (
-                          self.finished_at or docker_ts(EPOCH + 5))}})
+                          self.finished_at or docker_ts(EPOCH + 5)), **health}})
 
 
 class FakeApi:
@@ -105,8 +107,9 @@ REFUSED = {"status": None, "error": "ConnectionRefusedError: [Errno 111] Connect
 class FakeCluster:
     """Answers the commands the plugin runs, like docker and the probe script would on each node."""
 
-    def __init__(self, containers, api=None, head="a-head", unreachable=()):
+    def __init__(self, containers, api=None, head="a-head", unreachable=(), sidecars=None):
         self.containers = containers            # node -> FakeContainer
+        self.sidecars = sidecars or {}          # node -> FakeContainer beside the engine (LMCache's server)
         self.api = api or FakeApi()
         self.head = head
         self.unreachable = set(unreachable)
@@ -132,7 +135,7 @@ class FakeCluster:
         self.calls.append((self.round, host, command, in_data))
         if host in self.unreachable:
             return None, "", "Failed to connect to the host via ssh: ssh: connect to host %s port 22: No route" % host
-        for cont in self.containers.values():
+        for cont in list(self.containers.values()) + list(self.sidecars.values()):
             cont.advance(self.round, EPOCH + self.now)
         argv = shlex.split(command)
         if argv[0] == "docker":
@@ -147,6 +150,9 @@ class FakeCluster:
     def docker(self, host, argv):
         cont = self.containers[host]
         name = argv[-1] if argv[1] == "inspect" else None
+        sidecar = self.sidecars.get(host)
+        if argv[1] == "inspect" and sidecar and name == sidecar.name:
+            cont = sidecar
         if argv[1] == "inspect":
             if not cont.exists or name != cont.name:
                 return 1, "", "Error: No such container: %s" % name
@@ -517,6 +523,47 @@ def test_missing_container(monkeypatch):
     containers = {"a-head": FakeContainer().at(0, head_lines(2, ready=False)), "a-worker": FakeContainer(name="other")}
     result = run(FakeCluster(containers), monkeypatch)
     assert diag_tuples(result) == [("container_missing", 1, "a-worker")]
+
+
+def lmcache_pair(**worker_changes):
+    """A healthy pair with LMCache's server beside each rank (serve_lmcache); the worker's changes from round 1."""
+    cluster = healthy_pair()
+    cluster.sidecars = {node: FakeContainer(name="dspark-lmcache", cid=c * 64) for node, c in (("a-head", "3"), ("a-worker", "4"))}
+    for sidecar in cluster.sidecars.values():
+        sidecar.health = "healthy"
+    if worker_changes:
+        cluster.sidecars["a-worker"].at(1, **worker_changes)
+    return cluster
+
+
+SIDECARS = {"sidecars": {"a-head": "dspark-lmcache", "a-worker": "dspark-lmcache"}}
+
+
+def test_a_pair_with_healthy_sidecars_is_ready(monkeypatch):
+    cluster = lmcache_pair()
+    result = run(cluster, monkeypatch, args=SIDECARS)
+    assert not result.get("failed"), result["msg"]
+    assert cluster.commands_on("a-worker", "dspark-lmcache")
+
+
+@pytest.mark.parametrize("changes, code, text", [
+    ({"state": "exited", "exit_code": 137, "oom_killed": True}, "sidecar_stopped",
+     "The container dspark-lmcache beside rank 1 on a-worker is exited (exit code 137, killed for lack of memory)."),
+    ({"health": "unhealthy"}, "sidecar_unhealthy", "The container dspark-lmcache beside rank 1 on a-worker fails its health check."),
+    ({"exists": False}, "sidecar_missing", "The container dspark-lmcache beside rank 1 on a-worker is not there"),
+])
+def test_a_broken_sidecar_fails_the_group_by_name(monkeypatch, changes, code, text):
+    """#45: vLLM's LMCache connector waits instead of failing; the proof names the server, its rank and node."""
+    result = run(lmcache_pair(**changes), monkeypatch, args=SIDECARS)
+    assert result.get("failed") and diag_tuples(result)[0] == (code, 1, "a-worker")
+    assert result["diagnosis"][0]["cause"].startswith(text)
+    assert "docker logs dspark-lmcache on a-worker" in result["diagnosis"][0]["fix"]
+
+
+def test_a_starting_sidecar_is_waited_for_and_none_is_read_without_the_option(monkeypatch):
+    assert not run(lmcache_pair(health="starting"), monkeypatch, args=SIDECARS).get("failed")
+    cluster = lmcache_pair(state="exited")
+    assert not run(cluster, monkeypatch).get("failed") and not cluster.commands_on("a-worker", "dspark-lmcache")
 
 
 def test_unreachable_worker(monkeypatch):

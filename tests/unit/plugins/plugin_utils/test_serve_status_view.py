@@ -55,3 +55,15 @@ def test_no_first_failure_when_the_containers_cannot_tell(containers):
 def test_a_time_that_never_happened_is_not_a_finish():
     assert st.row("h", 0, exited(137, "0001-01-01T00:00:00Z"))["finished"] == ""
     assert st.row("h", 0, exited(137, "garbage"))["finished"] == ""
+
+
+@pytest.mark.parametrize("lmcache, down", [
+    (None, []),                                                                    # serve_lmcache off everywhere
+    ([None, None], []),
+    ([{"state": "running", "health": "healthy"}, {"state": "running", "health": "none"}], []),
+    ([{"state": "running", "health": "healthy"}, {"state": "exited", "health": "unhealthy"}], ["spark-r1"]),
+    ([{"state": "running", "health": "unhealthy"}, {"state": "absent", "health": "none"}], ["spark-head", "spark-r1"]),
+])
+def test_lmcache_servers_that_do_not_serve(lmcache, down):
+    """#45: a group whose LMCache server is down or unhealthy does not serve as set, whatever its engine says."""
+    assert st.view(HOSTS, [0, 1], [RUNNING, RUNNING], lmcache=lmcache)["lmcache_down"] == down
