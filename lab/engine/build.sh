@@ -6,14 +6,14 @@
 # local Docker engine without any registry:
 #   1. debootstrap Debian bookworm (minbase + packages.txt; bookworm's Python is 3.11, the only one with a CPU torch
 #      2.13.0 here), cached as a tarball, imported as the base image dspark-lab/vllm-cpu-base:<rootfs key>;
-#   2. the wheels of requirements.txt downloaded on this machine into .lab/engine/wheels (its pip settings: index,
+#   2. the wheels of requirements.txt and requirements-lmcache.txt (LMCache, installed --no-deps on top) downloaded on this machine into .lab/engine/wheels (its pip settings: index,
 #      CA bundle, /opt/wheels for torch), each checked against the lock's sha256;
 #   3. install.sh in a container of the base image with --network none and the wheelhouse mounted read-only
 #      (pip --no-index --require-hashes: nothing of this machine's pip settings reaches the image), then `docker commit`.
 #      A Dockerfile would need the wheelhouse inside the build context and a COPY layer (600 MB kept in the image) or
 #      BuildKit's RUN --mount, which this Docker (20.10 engine, no buildx) does not offer.
 #   bash lab/engine/build.sh     # -> dspark-lab/vllm-cpu:0.32.0; a no-op when the image was built from this recipe
-# The recipe (build.sh, install.sh, packages.txt, requirements.txt, target.sh) is hashed into the image's label
+# The recipe (build.sh, install.sh, packages.txt, requirements.txt, requirements-lmcache.txt, target.sh) is hashed into the image's label
 # dspark.lab.engine.recipe: the image is rebuilt only when one of them changes. Env: IMAGE (the tag),
 # ENGINE_WHEELS (the wheelhouse). Exit: 0 built or current, 1 failure.
 set -euo pipefail
@@ -34,7 +34,7 @@ log() { printf 'engine: %s\n' "$*"; }
 die() { printf 'engine: ERROR: %s\n' "$*" >&2; exit 1; }
 
 recipe_hash() {
-  (cd "$HERE" && sha256sum build.sh install.sh packages.txt requirements.txt target.sh) | sha256sum | cut -c1-12
+  (cd "$HERE" && sha256sum build.sh install.sh packages.txt requirements.txt requirements-lmcache.txt target.sh) | sha256sum | cut -c1-12
 }
 
 label_of() { docker image inspect -f "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
@@ -99,9 +99,12 @@ ensure_base() {
 ensure_wheels() {
   python3 -m pip --version >/dev/null 2>&1 || die "python3 -m pip does not run here: it downloads the wheelhouse ($WHEELS)"
   mkdir -p "$WHEELS"
-  log "wheelhouse $WHEELS: checking/downloading $(grep -c '^[a-zA-Z0-9]' "$HERE/requirements.txt") wheels"
-  python3 -m pip download -q --no-deps --require-hashes "${TARGET_PIP_ARGS[@]}" --find-links "${TORCH_WHEELS:-/opt/wheels}" \
-    -d "$WHEELS" -r "$HERE/requirements.txt" 2>&1 | grep -v -e 'is ignored: it is neither' >&2 || true
+  local lock
+  for lock in requirements.txt requirements-lmcache.txt; do
+    log "wheelhouse $WHEELS: checking/downloading $(grep -c '^[a-zA-Z0-9]' "$HERE/$lock") wheels of $lock"
+    python3 -m pip download -q --no-deps --require-hashes "${TARGET_PIP_ARGS[@]}" --find-links "${TORCH_WHEELS:-/opt/wheels}" \
+      -d "$WHEELS" -r "$HERE/$lock" 2>&1 | grep -v -e 'is ignored: it is neither' >&2 || true
+  done
   # grep swallowed pip's status: the install below checks every hash again, so a missing wheel fails there too.
 }
 
