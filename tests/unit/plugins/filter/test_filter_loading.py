@@ -40,3 +40,33 @@ def test_a_filter_imports_its_logic_when_it_runs():
 
     paths = checkpoint_paths("org/model", "0" * 40)
     assert paths["repo_folder"] == "models--org--model"
+
+
+WARM = r"""
+import json, os, sys
+import yaml
+from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+_AnsibleCollectionFinder(paths=[os.path.join(sys.argv[1], "collections")])._install()
+from ansible._internal._templating._engine import TemplateEngine
+from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import filter_loader, test_loader
+from ansible.template import trust_as_template
+with open(os.path.join(sys.argv[1], "playbooks", "preflight.yml"), encoding="utf-8") as handle:
+    pattern = yaml.safe_load(handle)[0]["hosts"]
+before = set(sys.modules)
+rendered = TemplateEngine(loader=DataLoader(), variables={}).template(trust_as_template(pattern))
+filters = sorted(m for m in set(sys.modules) - before if m.startswith("ansible_collections.dspark.cluster.plugins.filter."))
+print(json.dumps({"rendered": rendered, "builtin_filters": bool(filter_loader._cached_non_collection_wrappers),
+                  "builtin_tests": bool(test_loader._cached_non_collection_wrappers), "filters": filters}))
+"""
+
+
+def test_the_first_play_loads_the_filter_plugins_in_the_main_process():
+    """The first play's host pattern (templated by ansible-playbook's main process before any worker forks) loads
+    the builtin filters and tests and every filter file of the collection: the forked workers inherit them."""
+    proc = subprocess.run([sys.executable, "-c", WARM, ROOT], capture_output=True, text=True, timeout=120, check=True)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["rendered"] == "all:localhost"
+    assert out["builtin_filters"] and out["builtin_tests"]
+    names = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "plugins", "filter")) if f.endswith(".py"))
+    assert out["filters"] == ["ansible_collections.dspark.cluster.plugins.filter." + n for n in names]
