@@ -198,9 +198,8 @@ def _serve_image(member):
 
 # -- LMCache beside every rank (issue #45; plugin_utils._serve_lmcache) ---------------------------------------------
 LMCACHE_NUMBERS = ("serve_lmcache_l1_size_gb", "serve_lmcache_chunk_size", "serve_lmcache_port", "serve_lmcache_http_port",
-                   "serve_lmcache_metrics_port", "serve_lmcache_disk_size_gb", "serve_lmcache_start_period",
-                   "serve_lmcache_memory_reserve_mib")
-LMCACHE_PORTS = ("serve_lmcache_port", "serve_lmcache_http_port", "serve_lmcache_metrics_port")
+                   "serve_lmcache_disk_size_gb", "serve_lmcache_start_period", "serve_lmcache_memory_reserve_mib")
+LMCACHE_PORTS = ("serve_lmcache_port", "serve_lmcache_http_port")
 
 
 @rule("serve.lmcache_numbers", list(LMCACHE_NUMBERS))
@@ -212,7 +211,7 @@ def _serve_lmcache_numbers(member):
 @rule("serve.lmcache_ports", ["serve_lmcache"] + list(LMCACHE_PORTS) + ["dspark_api_port", "dspark_master_port", "serve_edge",
                                                                         "serve_engine_port"])
 def _serve_lmcache_ports(member):
-    """With serve_lmcache, its three listeners differ from each other and from the API, engine and rendezvous ports
+    """With serve_lmcache, its two listeners differ from each other and from the API, engine and rendezvous ports
     (every one is on the host's network)."""
     if not _inputs.is_true(member["serve_lmcache"]):
         return []
@@ -280,3 +279,25 @@ def _serve_lmcache_one_connector(member):
                  "LMCache's (--kv-transfer-config); vLLM takes one", "remove %s from serve_extra_args, or set serve_lmcache: "
                  "false to run your own connector" % " and ".join(flags))]
     return []
+
+
+LMCACHE_GROUP_WIDE = ("serve_lmcache", "serve_lmcache_port", "serve_lmcache_chunk_size")
+
+
+@rule("serve.lmcache_group_agrees", list(LMCACHE_GROUP_WIDE))
+def _serve_lmcache_group_agrees(member):
+    """serve_lmcache, its request port and its chunk size are the same on every member of a group: the head's scheduler
+    looks every prompt up on every member's server at one port, and servers of different chunk sizes cannot serve one
+    engine. Every member says it in the head's words, so that preflight says it once for the group."""
+    ordered = member.group.ordered
+    if not ordered:
+        return []
+    out = []
+    for var in LMCACHE_GROUP_WIDE:
+        values = [(host, member.member(host)[var]) for host in ordered]
+        differ = [(host, value) for host, value in values if str(value) != str(values[0][1])]
+        if differ:
+            out.append((var, values[0][1], "is %r on the head %s but %s" % (
+                values[0][1], ordered[0], ", ".join("%r on %s" % (value, host) for host, value in differ)),
+                "set %s once for the group (group_vars of %s), not per host" % (var, member.group.name)))
+    return out

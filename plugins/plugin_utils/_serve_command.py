@@ -103,7 +103,7 @@ def command(values, group):
                  "--generation-config", "vllm", "--enable-flashinfer-autotune"]
     # LMCache (#45): this node's server on loopback; only with it, so that the command of every other group stays.
     if _serve_lmcache.enabled(v):
-        argv += ["--kv-transfer-config", _serve_lmcache.kv_transfer_config(v)]
+        argv += ["--kv-transfer-config", _serve_lmcache.kv_transfer_config(v, group)]
     argv += ["--nnodes", str(group["size"]),
              "--node-rank", str(v["dspark_rank"]),
              "--master-addr", group["master_address"],
@@ -125,7 +125,7 @@ COMPOSE_VARIABLES = (
 # (roles/serve/vars/main.yml _serve_compose_lines combines them with the lookup's mapping).
 COMPOSE_VALUES = COMPOSE_VARIABLES + (
     "image_id", "entrypoint", "argv", "group", "rank", "hash", "environment", "hf_cache", "cache_read_only",
-    "hotfix_dir", "keys_file", "infiniband", "gpu",
+    "hotfix_dir", "keys_file", "infiniband", "gpu", "fabric_address",
 )
 
 
@@ -206,7 +206,7 @@ GPU_LINES = ["    deploy:",
 def _lmcache_service(v):
     """The LMCache server's service (issue #45, plugin_utils._serve_lmcache): the serving image, the host's network and
     IPC as vLLM's (the KV blocks pass through a shared-memory segment), the rank's labels, its health check."""
-    argv = _serve_lmcache.server_argv(v, v["group"], v["rank"])
+    argv = _serve_lmcache.server_argv(v, v["group"], v["rank"], v["fabric_address"])
     out = ["  lmcache:",
            "    container_name: %s" % compose_scalar(v["serve_lmcache_container_name"]),
            "    image: %s" % compose_scalar(v["image_id"]),
@@ -221,7 +221,7 @@ def _lmcache_service(v):
            "      dspark.cluster/group: %s" % compose_scalar(v["group"]),
            "      dspark.cluster/rank: %s" % compose_scalar(v["rank"]),
            "      dspark.cluster/config: %s" % compose_scalar(v["hash"]),
-           "    environment: {\"LMCACHE_DISABLE_BANNER\": \"1\"}",
+           "    environment: %s" % to_json(_serve_lmcache.ENVIRONMENT),
            "    healthcheck:",
            "      test: %s" % _compose_list(_serve_lmcache.healthcheck(v)),
            '      interval: "5s"',

@@ -65,7 +65,6 @@ RANGES = {
     "serve_lmcache_chunk_size": above(0),
     "serve_lmcache_port": between(1, 65535),
     "serve_lmcache_http_port": between(1, 65535),
-    "serve_lmcache_metrics_port": between(1, 65535),
     "serve_lmcache_disk_size_gb": at_least(1),
     "serve_lmcache_start_period": above(0),
     "serve_lmcache_memory_reserve_mib": at_least(0),

@@ -147,6 +147,8 @@ BREAKS = {
                                "serve_lmcache_disk_dir", "'lmcache' is not an absolute path"),
     "serve.lmcache_chunk": ({"serve_lmcache": True, "serve_lmcache_chunk_size": 8192, "serve_max_model_len": 4096},
                             "group pair_a", "serve_lmcache_chunk_size", "8192 is longer than serve_max_model_len=4096"),
+    "serve.lmcache_group_agrees": ({"serve_lmcache": True, "a-worker__serve_lmcache_port": 5600}, "group pair_a",
+                                   "serve_lmcache_port", "5555 is 5555 on the head a-head but 5600 on a-worker"),
     "serve.lmcache_one_connector": ({"serve_lmcache": True, "serve_extra_args": ["--kv_transfer_config={}"]}, "group pair_a",
                                     "serve_extra_args", "'<holds --kv-transfer-config>' sets a KV connector"),
     "serve.mount_paths": ({"serve_config_dir": "/etc/dspark:/etc"}, "group pair_a", "serve_config_dir",

@@ -19,7 +19,8 @@ VALUES = {
     "serve_default_thinking": "high", "serve_extra_args": ["--seed", "1"], "serve_trust_remote_code": False,
     "serve_lmcache": False, "serve_lmcache_port": 5555,
 }
-GROUP = {"size": 2, "master_address": "10.0.0.1", "master_port": 25000, "is_head": False}
+GROUP = {"size": 2, "master_address": "10.0.0.1", "master_port": 25000, "is_head": False, "members": ["h0", "h1"],
+         "addresses": {"h1": "10.0.0.2", "h0": "10.0.0.1"}}
 
 
 def test_the_recipe_flags_in_order():
@@ -70,11 +71,12 @@ def test_bad_inputs_name_the_variable_and_the_fix(values, text):
 
 @pytest.mark.parametrize("on", [True, "yes"])
 def test_lmcache_adds_its_connector_before_the_multi_node_flags(on):
-    """#45: the connector to this node's server on loopback; the rest of the command as without it."""
+    """#45: the connector to every server of the group on its fabric address, in node-rank order (the head's scheduler
+    looks prompts up on all of them); the rest of the command as without it."""
     off = _serve_command.command(VALUES, GROUP)
     argv = _serve_command.command(dict(VALUES, serve_lmcache=on, serve_lmcache_port=5600), GROUP)
     at = argv.index("--kv-transfer-config")
     assert argv[:at] + argv[at + 2:] == off and argv[at + 2] == "--nnodes"
     assert json.loads(argv[at + 1]) == {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
-                                        "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1",
-                                                                      "lmcache.mp.port": 5600}}
+                                        "kv_connector_extra_config": {
+                                            "lmcache.mp.server_urls": "tcp://10.0.0.1:5600,tcp://10.0.0.2:5600"}}

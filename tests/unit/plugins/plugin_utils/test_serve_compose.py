@@ -21,7 +21,7 @@ BASE = {"serve_project": "dspark", "serve_container_name": "dspark-vllm", "image
         "serve_jit_cache_dir": "/var/lib/dspark/jit-cache", "hotfix_dir": "", "keys_file": "", "serve_ulimits": {}, "infiniband": False, "gpu": False,
         "serve_lmcache": False, "serve_lmcache_container_name": "dspark-lmcache", "serve_lmcache_l1_size_gb": 8,
         "serve_lmcache_eviction_policy": "LRU", "serve_lmcache_chunk_size": 256, "serve_lmcache_port": 5555,
-        "serve_lmcache_http_port": 8080, "serve_lmcache_metrics_port": 9090, "serve_lmcache_disk_dir": "",
+        "serve_lmcache_http_port": 8080, "serve_lmcache_disk_dir": "", "fabric_address": "10.77.77.1",
         "serve_lmcache_disk_size_gb": 100, "serve_lmcache_extra_args": [], "serve_lmcache_start_period": 120}
 HEAD = [
     'name: "dspark"', "services:", "  vllm:", '    container_name: "dspark-vllm"', '    image: "sha256:%s"' % ("0" * 64),
@@ -117,14 +117,16 @@ def test_lmcache_off_changes_nothing_on_does_not_touch_the_engine_service():
     assert server["labels"] == engine["labels"]
     argv = server["entrypoint"] + server["command"]
     assert argv[:2] == ["lmcache", "server"] and argv[-2:] == ["--max-workers", "2"]
-    assert dict(zip(argv[2:-4:2], argv[3:-4:2]))["--shm-name"] == "dspark_pair_a_r0"
     flags = dict(zip(argv[2:-2:2], argv[3:-2:2]))
-    assert flags["--host"] == flags["--http-host"] == "127.0.0.1" and flags["--supported-transfer-mode"] == "auto"
-    assert (flags["--port"], flags["--http-port"], flags["--prometheus-port"], flags["--l1-size-gb"]) == ("5555", "8080", "9090", "8")
+    assert flags["--shm-name"] == "dspark_pair_a_r0" and flags["--supported-transfer-mode"] == "auto"
+    assert (flags["--host"], flags["--port"]) == ("10.77.77.1", "5555")          # the head's scheduler dials every server
+    assert (flags["--http-host"], flags["--http-port"], flags["--l1-size-gb"]) == ("127.0.0.1", "8080", "8")
     assert json.loads(flags["--l2-adapter"]) == {"type": "fs_native", "base_path": "/cache/lmcache", "max_capacity_gb": 100,
                                                  "eviction": {"eviction_policy": "LRU"}}
+    assert server["environment"] == {"LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1", "LMCACHE_DISABLE_BANNER": "1"}
     assert server["volumes"] == ["/nvme/lmcache:/cache/lmcache"]
-    assert server["healthcheck"]["test"] == ["CMD", "lmcache", "ping", "kvcache", "--url", "http://127.0.0.1:8080"]
+    assert server["healthcheck"]["test"][:3] == ["CMD", "python3", "-c"]
+    assert "urlopen('http://127.0.0.1:8080/healthcheck', timeout=5)" in server["healthcheck"]["test"][3]
     assert server["healthcheck"]["start_period"] == "120s"
     # Without a disk tier: no adapter, no volume; a GPU node gives the server the GPU too (CUDA IPC).
     doc = yaml.safe_load("\n".join(sc.compose_lines(dict(BASE, serve_lmcache=True, gpu=True))))

@@ -1,4 +1,5 @@
-"""LMCache beside every rank (issue #45): plugin_utils._serve_lmcache (the server's command, the connector, its ports), the firewall's loopback-only ports with real packets (firewall_netns), and the serve rules in preflight."""
+"""LMCache beside every rank (issue #45): plugin_utils._serve_lmcache (the server's command, the connector, its ports)
+and the firewall's rules for them with real packets (firewall_netns)."""
 
 import json
 
@@ -11,7 +12,7 @@ import firewall_netns  # noqa: E402  (the namespace harness beside this file)
 
 VALUES = {"serve_lmcache": True, "serve_lmcache_container_name": "dspark-lmcache", "serve_lmcache_l1_size_gb": 8,
           "serve_lmcache_eviction_policy": "LRU", "serve_lmcache_chunk_size": 256, "serve_lmcache_port": 5555,
-          "serve_lmcache_http_port": 8080, "serve_lmcache_metrics_port": 9090, "serve_lmcache_disk_dir": "",
+          "serve_lmcache_http_port": 9090, "serve_lmcache_disk_dir": "",
           "serve_lmcache_disk_size_gb": 100, "serve_lmcache_extra_args": [], "serve_lmcache_start_period": 120}
 
 
@@ -31,13 +32,21 @@ def test_one_shared_memory_segment_per_rank(group, rank, name):
     assert lm.shm_name(group, rank) == name
 
 
-def test_the_server_listens_on_loopback_in_the_shared_memory_mode():
-    argv = lm.server_argv(VALUES, "pair_a", 1)
+def test_the_server_listens_on_the_fabric_and_answers_http_on_loopback():
+    argv = lm.server_argv(VALUES, "pair_a", 1, "10.77.77.2")
     flags = dict(zip(argv[2::2], argv[3::2]))
     assert argv[:2] == ["lmcache", "server"] and "--l2-adapter" not in flags
-    assert flags == {"--host": "127.0.0.1", "--port": "5555", "--http-host": "127.0.0.1", "--http-port": "8080",
-                     "--prometheus-port": "9090", "--l1-size-gb": "8", "--eviction-policy": "LRU", "--chunk-size": "256",
+    assert flags == {"--host": "10.77.77.2", "--port": "5555", "--http-host": "127.0.0.1", "--http-port": "9090",
+                     "--l1-size-gb": "8", "--eviction-policy": "LRU", "--chunk-size": "256",
                      "--supported-transfer-mode": "auto", "--shm-name": "dspark_pair_a_r1"}
+    assert lm.ENVIRONMENT["LMCACHE_TRACK_USAGE"] == "false"     # no reports to stats.lmcache.ai; a stop in seconds
+
+
+def test_every_rank_knows_every_server_in_node_rank_order():
+    group = {"members": ["n0", "n1", "n2"], "addresses": {"n2": "10.0.0.3", "n0": "10.0.0.1", "n1": "10.0.0.2"}}
+    config = json.loads(lm.kv_transfer_config(dict(VALUES, serve_lmcache_port="5600"), group))
+    assert config == {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both", "kv_connector_extra_config": {
+        "lmcache.mp.server_urls": "tcp://10.0.0.1:5600,tcp://10.0.0.2:5600,tcp://10.0.0.3:5600"}}
 
 
 def test_the_disk_tier_is_bounded():
@@ -47,18 +56,26 @@ def test_the_disk_tier_is_bounded():
     assert lm.disk_adapter(VALUES) is None
 
 
-def test_ports_and_shared_memory_only_when_on():
-    assert lm.ports(VALUES) == [5555, 8080, 9090] and lm.ports(dict(VALUES, serve_lmcache=False)) == []
+def test_local_ports_and_shared_memory_only_when_on():
+    assert lm.local_ports(VALUES) == [9090] and lm.local_ports(dict(VALUES, serve_lmcache=False)) == []
     assert lm.shm_need_mib(VALUES) == 8 * 1024 + 160 and lm.shm_need_mib(dict(VALUES, serve_lmcache=False)) == 0
 
 
-# The firewall: LMCache's ports from loopback only, the fabric peer included (its exporter binds every address).
+def test_the_health_check_asks_the_http_port():
+    test = lm.healthcheck(VALUES)
+    assert test[:3] == ["CMD", "python3", "-c"] and "http://127.0.0.1:9090/healthcheck" in test[3]
+    compile(test[3], "healthcheck", "exec")
+
+
+# The firewall: LMCache's HTTP port (here 9090) from loopback only, the fabric peer included; its request port (5555)
+# on the fabric address from the group's peers only.
 CASES = [
     ("node", "127.0.0.1", "127.0.0.1", 9090, "open"),
-    ("fab", "10.77.77.2", "10.77.77.1", 9090, "blocked"),    # the peer reaches the engine's ports, not LMCache's
-    ("fab", "10.77.77.2", "10.77.77.1", 41234, "open"),
+    ("fab", "10.77.77.2", "10.77.77.1", 9090, "blocked"),    # the peer reaches the engine's ports, not LMCache's HTTP
+    ("fab", "10.77.77.2", "10.77.77.1", 5555, "open"),       # the head's scheduler looks prompts up on every server
+    ("fab", "10.77.77.3", "10.77.77.1", 5555, "blocked"),    # a stranger on the fabric wire
     ("mgmt", "10.0.0.5", "10.0.0.1", 9090, "blocked"),
-    ("mgmt", "10.0.0.5", "10.0.0.1", 5555, "blocked"),
+    ("mgmt", "10.0.0.20", "10.77.77.1", 5555, "blocked"),
     ("mgmt", "10.0.0.5", "10.0.0.1", 8888, "open"),          # the API from serve_api_allowed_cidrs, as before
 ]
 MODEL = {"group": "pair_a", "host": "a0", "addresses": {"a0": "10.77.77.1", "a1": "10.77.77.2"}, "peers": ["a1"],
@@ -73,8 +90,8 @@ def test_the_ruleset_without_lmcache_is_unchanged():
 
 @pytest.fixture(scope="module")
 def packets(tmp_path_factory):
-    plan = fw.plan(MODEL, ["10.0.0.0/29"], [22], local_ports=lm.ports(VALUES))
-    assert plan["problems"] == [] and plan["ports"]["local"] == [5555, 8080, 9090]
+    plan = fw.plan(MODEL, ["10.0.0.0/29"], [22], local_ports=lm.local_ports(VALUES))
+    assert plan["problems"] == [] and plan["ports"]["local"] == [9090]
     return firewall_netns.probe(tmp_path_factory.mktemp("lmcache"), plan["ruleset"], CASES)
 
 
