@@ -161,7 +161,9 @@ converge-mitogen: prereqs-lab venv
 # The REAL-ENGINE pair (make lab-real): real_pair converged twice with the newest ansible-core (the converge and
 # idempotence of issue #15 point 1; the second run changed=0), then playbooks/status.yml inside the execution
 # environment (tests/real/test_real_ee.py), the API edge and the simulator's authentication against the engine
-# (test_real_edge.py, test_auth_parity.py), `dspark-fleet acceptance` end to end (test_real_acceptance.py) and
+# (test_real_edge.py, test_auth_parity.py), `dspark-fleet acceptance` end to end (test_real_acceptance.py), LMCache
+# beside both ranks (test_real_lmcache.py: a prompt read from its disk tier after the group restarted, a killed
+# server named and repaired) and
 # tests/real/test_real_engine.py (real vLLM: the proof, chat through the
 # OpenAI client, the leak sweep, a killed worker brought back by dspark-fleet watch, stop); the lab is taken down
 # afterwards. sim_pair and the router stay bare here (CI time): they serve realtest-roll.
@@ -169,7 +171,7 @@ realtest: prereqs-lab venv $(SIM_TAR) $(NEWEST_VENV)/.installed ee-image
 	bash lab/real.sh up
 	$(BIN)/python tests/ci/converge_twice.py $(NEWEST_VENV)/bin/ansible-playbook $(LAB_REAL) site.yml --limit real_pair && \
 	  DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q -s tests/real/test_real_ee.py tests/real/test_real_edge.py tests/real/test_auth_parity.py \
-	    tests/real/test_real_acceptance.py tests/real/test_real_engine.py; rc=$$?; \
+	    tests/real/test_real_acceptance.py tests/real/test_real_lmcache.py tests/real/test_real_engine.py; rc=$$?; \
 	  bash lab/real.sh down; exit $$rc
 
 # Not in `make test`: the whole real-engine lab (real_pair, the simulated sim_pair, the router) converged, then the

@@ -60,8 +60,8 @@ RANGES = {
     "serve_mtp_num_tokens": at_least(5),
     "serve_memory_guard_mib": at_least(0),
     "serve_memory_guard_wait": at_least(0),
-    # serve, LMCache: an L1 of at least 1 GB (the server's unit), chunks, ports, the disk bound, the start period
-    "serve_lmcache_l1_size_gb": at_least(1),
+    # serve, LMCache: an L1 above 0 GB, chunks, ports, the disk bound, the start period
+    "serve_lmcache_l1_size_gb": above(0.0),
     "serve_lmcache_chunk_size": above(0),
     "serve_lmcache_port": between(1, 65535),
     "serve_lmcache_http_port": between(1, 65535),

@@ -118,7 +118,7 @@ CASES = [
         ("group pair_a", "serve_lmcache_chunk_size", "8192 is longer than serve_max_model_len=4096"),
         ("group pair_a", "serve_lmcache_disk_dir", "'/var/lib/dspark/hf/lmcache' is inside dspark_hf_cache"),
         ("group pair_a", "serve_lmcache_eviction_policy", "'LFU' is not one of the choices"),
-        ("group pair_a", "serve_lmcache_l1_size_gb", "'eight' is not an integer"),
+        ("group pair_a", "serve_lmcache_l1_size_gb", "'eight' is not a number"),
         ("group pair_a", "serve_lmcache_http_port", "8888 equals dspark_api_port"),
     ]),
     ("open API without a key", BASE + ("open_api.yml",), ("-e", "serve_allow_unauthenticated=false"), None, [

@@ -140,7 +140,7 @@ BREAKS = {
     "serve.keys_off_argv": ({"serve_extra_args": ["--api-key=unit-test-sentinel-4711"]}, "group pair_a", "serve_extra_args",
                             "'<holds --api-key>' puts --api-key on vLLM's command line"),
     "serve.lmcache_numbers": ({"serve_lmcache_l1_size_gb": 0}, "group pair_a", "serve_lmcache_l1_size_gb",
-                              "0 is outside its range (at least 1)"),
+                              "0 is outside its range (greater than 0)"),
     "serve.lmcache_ports": ({"serve_lmcache": True, "serve_lmcache_http_port": 8888}, "group pair_a", "serve_lmcache_http_port",
                             "8888 equals dspark_api_port: LMCache's server and the engine share the host's network"),
     "serve.lmcache_disk_dir": ({"serve_lmcache": True, "serve_lmcache_disk_dir": "lmcache"}, "group pair_a",

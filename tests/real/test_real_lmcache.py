@@ -1,0 +1,95 @@
+"""LMCache beside the real engine (issue #45, serve_lmcache in inventories/lab-real/group_vars/real_pair.yml): a server
+per node from the serving image (lmcache 0.5.6 in lab/engine), TP=2 over Gloo, the CPU build's shared-memory transfer.
+
+In file order, before test_real_engine.py (whose last test stops the group): the servers run healthy beside both ranks
+on the fabric address and loopback; a prompt sent again after the WHOLE group restarted (engines and servers: vLLM's
+own prefix cache and LMCache's L1 gone) is read from the disk tier; a killed server is named by verify and status and
+`dspark-fleet watch` restarts the group as one unit. Time to first token is printed, not asserted (a benchmark's
+business: docs/lmcache-findings.md has the measurements).
+"""
+
+import re
+import time
+
+import openai
+
+from reallab import GROUP, HEAD, HEAD_API, INVENTORY, KEYS, MODEL_NAME, PAIR, WORKER, fleet, node, playbook
+
+SERVER = "dspark-lmcache"
+ENGINE_PORT = 18888          # serve_engine_port (the engine behind the API edge, loopback only)
+HTTP_PORT = 8080             # serve_lmcache_http_port
+DISK = "/var/lib/dspark/lmcache"
+RECOVERY_BOUND_S = 900
+# About 200 tokens of tiny-llama's tokenizer: a context of 256 (serve_max_model_len) holds it and one chunk of 128
+# (serve_lmcache_chunk_size) is cached whole.
+PROMPT = " ".join("item %d of the list is the colour %s;" % (i, ("red", "green", "blue", "amber")[i % 4]) for i in range(24))
+
+
+def server_state(host):
+    rc, out = node(host, "docker inspect --format '{{.State.Status}} {{.State.Health.Status}}' %s" % SERVER)
+    return out.strip() if rc == 0 else "absent"
+
+
+def metric(host, port, name):
+    """The sum of a metric's samples on ``host``'s loopback ``port`` (0 when absent)."""
+    rc, out = node(host, "curl -s http://127.0.0.1:%d/metrics" % port)
+    assert rc == 0, out
+    return sum(float(line.rsplit(" ", 1)[1]) for line in out.splitlines()
+               if re.match(r"^%s(\{| )" % re.escape(name), line))
+
+
+def first_token_seconds():
+    """Time to the first streamed token of PROMPT through the head's API edge, and its prompt tokens."""
+    client = openai.OpenAI(base_url=HEAD_API, api_key=KEYS[0], timeout=300, max_retries=0)
+    started = time.monotonic()
+    stream = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=4, temperature=0, stream=True,
+                                       stream_options={"include_usage": True})
+    first, usage = None, None
+    for chunk in stream:
+        if first is None and chunk.choices and chunk.choices[0].text is not None:
+            first = time.monotonic() - started
+        usage = chunk.usage or usage
+    return first, usage.prompt_tokens
+
+
+def test_a_healthy_server_beside_each_rank_on_the_fabric_and_loopback():
+    for host in (HEAD, WORKER):
+        assert server_state(host) == "running healthy", host
+        rc, out = node(host, "ss -Hltn")
+        fabric = PAIR["hosts"][host]["dspark_fabric_address"]
+        assert "%s:5555 " % fabric in out and "127.0.0.1:%d " % HTTP_PORT in out, (host, out)
+        assert "0.0.0.0:%d " % HTTP_PORT not in out and "0.0.0.0:5555 " not in out, (host, out)
+
+
+def test_a_prompt_sent_again_after_the_whole_group_restarted_is_read_from_the_disk_tier():
+    before, tokens = first_token_seconds()
+    assert 128 < tokens < 250, tokens
+    rc, out = playbook("playbooks/serve.yml", "-e", "serve_force_restart=true", timeout=RECOVERY_BOUND_S)
+    assert rc == 0, out[-4000:]
+    # A fresh engine and fresh servers: nothing of the prompt in vLLM's prefix cache or in LMCache's L1.
+    assert metric(HEAD, ENGINE_PORT, "vllm:external_prefix_cache_hits_total") == 0
+    after, dummy = first_token_seconds()
+    hits = metric(HEAD, ENGINE_PORT, "vllm:external_prefix_cache_hits_total")
+    print("\nLMCache: first token %.3f s before the restart, %.3f s after it (%d prompt tokens, %d read from LMCache)"
+          % (before, after, tokens, hits))
+    assert hits >= 128, hits
+    assert metric(HEAD, ENGINE_PORT, "vllm:prefix_cache_hits_total") == 0
+    for host in (HEAD, WORKER):
+        assert metric(host, HTTP_PORT, "lmcache_mp_lookup_hit_l2_tokens_total") >= 128, host
+        rc, out = node(host, "find %s -name '*.data' | wc -l" % DISK)
+        assert rc == 0 and int(out.strip()) > 0, (host, out)
+
+
+def test_a_killed_server_is_named_and_watch_restarts_the_group(tmp_path):
+    rc, out = node(WORKER, "docker kill %s" % SERVER)
+    assert rc == 0, out
+    rc, out = playbook("playbooks/verify.yml")
+    flat = " ".join(out.split())
+    assert rc != 0 and "The container %s beside rank 1 on %s is exited" % (SERVER, WORKER) in flat, out[-3000:]
+    rc, out = playbook("playbooks/status.yml")
+    assert rc != 0 and "LMCache server down or unhealthy on %s" % WORKER in " ".join(out.split()), out[-3000:]
+    rc, out = fleet("watch", "-i", INVENTORY, "--groups", GROUP, "--plain", "--once", "--state-dir", tmp_path / "state",
+                    "--artifacts", tmp_path / "artifacts", timeout=RECOVERY_BOUND_S + 300)
+    assert rc == 0, out[-4000:]
+    assert server_state(HEAD) == server_state(WORKER) == "running healthy"
+    assert first_token_seconds()[0] is not None
