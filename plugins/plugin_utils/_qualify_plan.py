@@ -17,6 +17,7 @@ import ipaddress
 import json
 
 from ansible_collections.dspark.cluster.plugins.module_utils import qualify as _judge
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_lmcache
 
 FAIL = "fail"
 PASS = "pass"
@@ -56,13 +57,21 @@ def _int(value, default=0):
         return default
 
 
+def _num(value, default=0.0):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
 def disks(inputs):
     """node_qualify's `disks`: the model cache (what the model still needs plus the reserve) and Docker's root.
 
     inputs: VARIABLES["disks"] by their names (qualify_model_bytes 0: the checkpoint manifest's size), hf_cache,
     manifest_bytes (the size a member's checkpoint manifest gives; 0: none), present_bytes (what of the model the
     cache holds already) or present_path (where the model is in the cache: node_qualify measures it, and its label's
-    {present} says what it found); lmcache_disk_dir and lmcache_disk_gb (LMCache's disk tier, '' when none).
+    {present} says what it found); lmcache_disk_dir and lmcache_disk_gb (LMCache's disk tier, '' when none);
+    lmcache_l1_gb (0 when serve_lmcache is off), lmcache_group and lmcache_rank (its shared-memory segment's name).
     """
     model = _int(inputs.get("qualify_model_bytes"))
     source = "qualify_model_bytes"
@@ -85,6 +94,16 @@ def disks(inputs):
         out.append({"path": inputs["qualify_docker_root"], "need_bytes": _int(inputs["qualify_docker_root_min_bytes"]),
                     "need_inodes": 0, "variable": "qualify_docker_root",
                     "label": "Docker's data root: qualify_docker_root_min_bytes"})
+    # LMCache's L1 segment (serve_lmcache, issue #45) in the /dev/shm that vLLM shares with it (ipc: host): the server
+    # refuses to start when /dev/shm cannot hold the L1; vLLM needs its 160 MiB beside it. A running server's segment
+    # counts as there (its apparent size is the whole L1).
+    if _num(inputs.get("lmcache_l1_gb")) > 0:
+        l1 = int(_num(inputs["lmcache_l1_gb"]) * 1024 ** 3)
+        segment = "/dev/shm/lmcache_l1_pool_" + _serve_lmcache.shm_name(inputs.get("lmcache_group"), inputs.get("lmcache_rank"))
+        out.append({"path": "/dev/shm", "need_bytes": _serve_lmcache.ENGINE_SHM_MIB * 1024 ** 2, "need_inodes": 0,
+                    "variable": "serve_lmcache_l1_size_gb", "model_bytes": l1, "present_path": segment,
+                    "label": "LMCache's L1 (serve_lmcache_l1_size_gb=%s, {present} bytes of it there already) and vLLM's "
+                             "160 MiB" % inputs["lmcache_l1_gb"]})
     # LMCache's disk tier (serve_lmcache_disk_dir, issue #45): its bound less what it holds already.
     if inputs.get("lmcache_disk_dir"):
         size = _int(inputs.get("lmcache_disk_gb")) * 1024 ** 3

@@ -146,7 +146,8 @@ def compose_lines(values):
     if missing:
         raise CommandError("serve compose file: %s not given. Fix: pass every value of _serve_command.COMPOSE_VALUES" % ", ".join(missing))
     v = values
-    environment = {str(key): str(value).replace("$", "$$") for key, value in (v["environment"] or {}).items()}
+    environment = {str(key): str(value).replace("$", "$$")
+                   for key, value in _serve_lmcache.engine_environment(v["environment"], v).items()}
     out = [
         "name: %s" % compose_scalar(v["serve_project"]),
         "services:",

@@ -93,6 +93,25 @@ def kv_transfer_config(values, group):
                        "kv_connector_extra_config": {"lmcache.mp.server_urls": urls}})
 
 
+# vLLM refuses any KV connector while PYTORCH_CUDA_ALLOC_CONF holds this (vLLM 0.32.0, vllm/config/vllm.py: CUDA's VMM
+# allocator may remap pinned KV memory); the recipe's serve_env sets it.
+EXPANDABLE = "expandable_segments:True"
+
+
+def engine_environment(environment, values):
+    """The engine's environment with LMCache on: PYTORCH_CUDA_ALLOC_CONF without expandable_segments:True (the key
+    dropped when nothing else is left in it); unchanged with LMCache off."""
+    env = dict(environment or {})
+    if not enabled(values) or EXPANDABLE not in str(env.get("PYTORCH_CUDA_ALLOC_CONF", "")):
+        return env
+    kept = [item for item in str(env["PYTORCH_CUDA_ALLOC_CONF"]).split(",") if item.strip() and item.strip() != EXPANDABLE]
+    if kept:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = ",".join(kept)
+    else:
+        del env["PYTORCH_CUDA_ALLOC_CONF"]
+    return env
+
+
 # The server's compose health check: its HTTP /healthcheck with the image's Python (no curl there; `lmcache ping`
 # imports torch and takes about 2 s a probe).
 HEALTH_PROBE = ("import sys, urllib.request; "

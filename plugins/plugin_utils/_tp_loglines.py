@@ -128,9 +128,10 @@ def _header(line):
 
 def is_traceback_body(line):
     # Frame ("  File ...") and source lines ("    raise RuntimeError(f'NCCL error: ...')")
-    # quote code, not errors; only the final exception line counts.
+    # quote code, not errors; only the final exception line counts. pydantic indents its error's message
+    # ("  Value error, ..." under "1 validation error for VllmConfig"): that line is the error.
     start = line_lead(line)[3]
-    return line[start:start + 2] == '  '
+    return line[start:start + 2] == '  ' and not line[start:].lstrip().startswith('Value error, ')
 
 
 def _parse_world_line(lineno, line):

@@ -353,6 +353,13 @@ SIGNATURES = (
          r'cannot be used with --headless|must be divisible by nnodes|must be less than nnodes|'
          r'nnodes > 1 can only be set when distributed executor backend',
          'vllm serve rejected its multi-node arguments.', _FIX_ARGS),
+    # pydantic's line for a check of VllmConfig that failed (vLLM 0.32.0: vllm/config/vllm.py), e.g. a KV connector
+    # beside PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.
+    _sig('engine_config_rejected', 'bad_arguments', 'config', 'fatal', ('Value error, ',),
+         r'Value error, (?P<detail>.+?)(?: \[type=value_error.*)?$',
+         'vLLM rejected its configuration: {detail}',
+         'Change the setting the message names (the serve_* flags, serve_extra_args, serve_env or serve_extra_env) '
+         'and start the whole group again.'),
     _sig('model_missing', 'model_missing', 'model', 'fatal',
          ('LocalEntryNotFoundError', 'OfflineModeIsEnabled', 'RepositoryNotFoundError', 'RevisionNotFoundError',
           'GatedRepoError'),

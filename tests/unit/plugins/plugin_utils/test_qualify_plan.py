@@ -51,6 +51,17 @@ def test_the_lmcache_disk_tier_needs_its_bound_less_what_it_holds():
     assert need == 70 * GIB and "%d bytes of it there" % (30 * GIB) in label
 
 
+def test_the_lmcache_l1_needs_dev_shm_beside_vllms_segment():
+    """#45: /dev/shm holds the L1 (less what of it a running server's segment holds) plus vLLM's 160 MiB."""
+    base = {"hf_cache": "/c", "qualify_model_bytes": 0, "qualify_disk_reserve_bytes": 9}
+    assert len(plan.disks(dict(base, lmcache_l1_gb=0))) == 1
+    shm = plan.disks(dict(base, lmcache_l1_gb="0.5", lmcache_group="real_pair", lmcache_rank=1))[1]
+    assert shm["path"] == "/dev/shm" and shm["variable"] == "serve_lmcache_l1_size_gb"
+    assert shm["present_path"] == "/dev/shm/lmcache_l1_pool_dspark_real_pair_r1"
+    assert qualify.model_disk_need(shm, 0)[0] == GIB // 2 + 160 * 1024 ** 2
+    assert qualify.model_disk_need(shm, GIB // 2)[0] == 160 * 1024 ** 2
+
+
 def test_links_add_the_second_fabric_interface():
     assert plan.links({"interface": "a", "secondary_interface": "", "qualify_link_min_speed_mbps": "0"}) == [
         {"name": "a", "variable": "dspark_fabric_interface", "min_speed_mbps": 0}]

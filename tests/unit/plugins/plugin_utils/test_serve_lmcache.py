@@ -100,3 +100,18 @@ def test_packets(packets, name, src, dst, port, expected):
     key = firewall_netns.key(name, src, dst, port)
     assert packets["before"][key] == "open", "the listener is not reachable even without the firewall"
     assert packets["after"][key] == expected
+
+
+@pytest.mark.parametrize("conf, expected", [
+    ("expandable_segments:True", None),
+    ("expandable_segments:True,max_split_size_mb:512", "max_split_size_mb:512"),
+    ("max_split_size_mb:512", "max_split_size_mb:512"),
+    (None, None),
+])
+def test_the_engine_loses_expandable_segments_with_lmcache(conf, expected):
+    """vLLM 0.32.0 refuses the connector beside PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (measured in the
+    real-engine lab: `Value error, KV connector LMCacheMPConnector is incompatible with ...`); the recipe sets it."""
+    env = {"HF_HOME": "/cache"} if conf is None else {"HF_HOME": "/cache", "PYTORCH_CUDA_ALLOC_CONF": conf}
+    out = lm.engine_environment(env, VALUES)
+    assert out.get("PYTORCH_CUDA_ALLOC_CONF") == expected and out["HF_HOME"] == "/cache"
+    assert lm.engine_environment(env, dict(VALUES, serve_lmcache=False)) == env

@@ -176,6 +176,14 @@ LINE_CASES = [
     ('ValueError: --api-server-count=1 cannot be used with --headless (no API servers are started in headless '
      'mode).', 'bad_arguments', 'fatal', {}),
     ('ValueError: world_size=2 must be divisible by nnodes=3.', 'bad_arguments', 'fatal', {}),
+    # Recorded in the real-engine lab (vLLM 0.32.0 CPU build, the head of a group with LMCache, issue #45).
+    ("  Value error, KV connector LMCacheMPConnector is incompatible with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+     "unless enable_cumem_allocator is also enabled. PyTorch's CUDA VMM allocator can remap KV cache virtual addresses "
+     "to different physical pages. [type=value_error, input_value=ArgsKwargs((), {'model_co... 'shutdown_timeout': 0}), "
+     "input_type=ArgsKwargs]", 'bad_arguments', 'fatal',
+     {'detail': "KV connector LMCacheMPConnector is incompatible with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                "unless enable_cumem_allocator is also enabled. PyTorch's CUDA VMM allocator can remap KV cache "
+                "virtual addresses to different physical pages."}),
     ('huggingface_hub.errors.LocalEntryNotFoundError: Cannot find an appropriate cached snapshot folder',
      'model_missing', 'fatal', {}),
     ('(Worker_TP0 pid=3) ERROR 11-29 23:00:00 [multiproc_executor.py:800] WorkerProc hit an exception.',
