@@ -21,10 +21,13 @@ author:
   - dspark.cluster contributors (@dspark)
 options:
   _terms:
-    description: The role's name, for example C(router).
+    description:
+      - The role's name, for example C(router).
+      - With no role named, returns nothing and reads the argument specs and task files of every role into the
+        process's cache (what the roles' input checks read). The first play of the collection's playbooks does so in
+        C(ansible-playbook)'s main process, so that the forked workers inherit it.
     type: list
     elements: str
-    required: true
   secrets:
     description:
       - Also the options that the spec marks C(no_log) (keys, tokens, passwords). Left out by default, so that a
@@ -65,6 +68,10 @@ class LookupModule(LookupBase):
         secrets, reads = self.get_option("secrets"), self.get_option("reads")
         variables = variables or {}
         result = []
+        if not terms:
+            # A warm-up in the main process (playbooks/preflight.yml): every forked worker inherits the cache.
+            from ansible_collections.dspark.cluster.plugins.plugin_utils import _plan_vars
+            _plan_vars.collection_specs()
         for role in terms:
             try:
                 picked = _role_vars.pick(role, variables, secrets, reads)

@@ -56,8 +56,11 @@ with open(os.path.join(sys.argv[1], "playbooks", "preflight.yml"), encoding="utf
 before = set(sys.modules)
 rendered = TemplateEngine(loader=DataLoader(), variables={}).template(trust_as_template(pattern))
 filters = sorted(m for m in set(sys.modules) - before if m.startswith("ansible_collections.dspark.cluster.plugins.filter."))
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _plan_vars
+lookups = sorted(m.rsplit(".", 1)[1] for m in set(sys.modules) - before if ".plugins.lookup." in m)
 print(json.dumps({"rendered": rendered, "builtin_filters": bool(filter_loader._cached_non_collection_wrappers),
-                  "builtin_tests": bool(test_loader._cached_non_collection_wrappers), "filters": filters}))
+                  "builtin_tests": bool(test_loader._cached_non_collection_wrappers), "filters": filters,
+                  "lookups": lookups, "specs_cached": _plan_vars.collection_specs.cache_info().currsize}))
 """
 
 
@@ -70,3 +73,6 @@ def test_the_first_play_loads_the_filter_plugins_in_the_main_process():
     assert out["builtin_filters"] and out["builtin_tests"]
     names = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "plugins", "filter")) if f.endswith(".py"))
     assert out["filters"] == ["ansible_collections.dspark.cluster.plugins.filter." + n for n in names]
+    # The lookups the roles and the lab inventory call, and the argument specs the roles' input checks read.
+    assert out["lookups"] == ["env", "file", "role_vars", "template"]
+    assert out["specs_cached"] == 1
