@@ -377,6 +377,7 @@ def judge_memory_budget(meminfo_text, fraction=0.0, l1_mib=0, reserve_mib=0, var
     return make_check('memory', 'memory budget', value, threshold, 'pass', '%s <= MemTotal %d MiB' % (how, total), None,
                       'serve_lmcache_l1_size_gb')
 
+
 def parse_swaps(text):
     """Active swap areas from /proc/swaps: [{name, type, size_kib, used_kib, priority}] (header skipped)."""
     areas = []

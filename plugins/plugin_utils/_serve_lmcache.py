@@ -30,7 +30,8 @@ import json
 # The role's variables this module reads (the lookup dspark.cluster.role_vars, reads='serve_lmcache').
 VARIABLES = (
     "serve_lmcache", "serve_lmcache_container_name", "serve_lmcache_l1_size_gb", "serve_lmcache_eviction_policy",
-    "serve_lmcache_chunk_size", "serve_lmcache_port", "serve_lmcache_http_port", "serve_lmcache_disk_dir", "serve_lmcache_disk_size_gb", "serve_lmcache_extra_args", "serve_lmcache_start_period",
+    "serve_lmcache_chunk_size", "serve_lmcache_port", "serve_lmcache_http_port", "serve_lmcache_disk_dir",
+    "serve_lmcache_disk_size_gb", "serve_lmcache_extra_args", "serve_lmcache_start_period",
 )
 # Where the disk tier is mounted inside the server's container.
 DISK_MOUNT = "/cache/lmcache"

@@ -107,8 +107,8 @@ def test_lmcache_off_changes_nothing_on_does_not_touch_the_engine_service():
     """#45: off, every value of LMCache is ignored (running groups keep their file and hash); on, vLLM waits for the
     server's health check and the server runs from the same image on the host's network and IPC, every port local."""
     assert sc.compose_lines(dict(BASE, serve_lmcache_port=1, serve_lmcache_disk_dir="/x")) == HEAD
-    doc = yaml.safe_load("\n".join(sc.compose_lines(dict(BASE, serve_lmcache=True, serve_lmcache_disk_dir="/nvme/lmcache",
-                                                           serve_lmcache_extra_args=["--max-workers", 2]))))
+    on = dict(BASE, serve_lmcache=True, serve_lmcache_disk_dir="/nvme/lmcache", serve_lmcache_extra_args=["--max-workers", 2])
+    doc = yaml.safe_load("\n".join(sc.compose_lines(on)))
     engine, server = doc["services"]["vllm"], doc["services"]["lmcache"]
     assert engine["depends_on"] == {"lmcache": {"condition": "service_healthy"}}
     assert {k: v for k, v in engine.items() if k != "depends_on"} == yaml.safe_load("\n".join(HEAD))["services"]["vllm"]
