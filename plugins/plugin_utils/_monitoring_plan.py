@@ -19,7 +19,7 @@ import hashlib
 import ipaddress
 import re
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _checkpoint_paths, _group_model, _rules_monitoring
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _checkpoint_paths, _group_model, _rules_monitoring, _serve_lmcache
 
 # -- metric names --------------------------------------------------------------------------------------------------
 
@@ -77,6 +77,18 @@ DSPARK_METRICS = {
     "dspark_fabric_gid_matches": "the GID at that index (/sys/class/infiniband/<hca>/ports/1/gids) holds the fabric address",
     "dspark_checkpoint_verified": "the checkpoint role's stamp <checkpoint_manifest_dir>/<repo>-<revision>.verified.json",
     "dspark_checkpoint_verified_seconds": "mtime of that stamp",
+    "dspark_lmcache_container_running": "serve_lmcache nodes: docker inspect <serve_lmcache_container_name> .State.Running",
+    "dspark_lmcache_up": "serve_lmcache nodes: GET 127.0.0.1:<serve_lmcache_http_port>/metrics answers 200",
+    "dspark_lmcache_lookup_requested_tokens_total": "LMCache's lmcache_mp_lookup_requested_tokens_total, summed (counter)",
+    "dspark_lmcache_lookup_hit_tokens_total": "LMCache's lmcache_mp_lookup_hit_tokens_total, summed (counter)",
+    "dspark_lmcache_lookup_hit_l1_tokens_total": "LMCache's lmcache_mp_lookup_hit_l1_tokens_total, summed (counter)",
+    "dspark_lmcache_lookup_hit_l2_tokens_total": "LMCache's lmcache_mp_lookup_hit_l2_tokens_total, summed: disk-tier hits",
+    "dspark_lmcache_l1_memory_usage_bytes": "LMCache's lmcache_mp_l1_memory_usage_bytes, summed (gauge)",
+    "dspark_lmcache_l2_usage_bytes": "LMCache's lmcache_mp_l2_usage_bytes, summed over l2_name: the disk tier's stored "
+                                     "bytes, what this server process wrote only",
+    "dspark_lmcache_l2_store_completed_chunks_total": "LMCache's lmcache_mp_l2_store_completed_objects_chunks_total (counter)",
+    "dspark_lmcache_l2_load_completed_chunks_total": "LMCache's lmcache_mp_l2_prefetch_load_completed_chunks_total (counter)",
+    "dspark_lmcache_l2_evicted_chunks_total": "LMCache's lmcache_mp_l2_evicted_objects_chunks_total (counter)",
     "dspark_supervisor_restarts_in_window": "supervisor host: `restart` records per group in the journal's window",
     "dspark_supervisor_restart_cap": "supervisor host: supervisor_max_restarts",
     "dspark_supervisor_group_failed": "supervisor host: the group was given up (give_up, needs_reboot, failed)",
@@ -87,6 +99,9 @@ HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 # -- inputs --------------------------------------------------------------------------------------------------------
 
 DEFAULT_API_PORT = 8888
+# The serve role's defaults of the LMCache values the collector reads (roles/serve/defaults/main.yml; tests compare).
+DEFAULT_LMCACHE_CONTAINER = "dspark-lmcache"
+DEFAULT_LMCACHE_HTTP_PORT = 8080
 # The input rules (check_settings, check_web) are the monitoring role's rules (plugin_utils._rules_monitoring).
 LISTENERS = _rules_monitoring.LISTENERS
 check_settings = _rules_monitoring.check_settings
@@ -444,6 +459,12 @@ def collector_config(groups, hostvars, host, settings):
             "checkpoint_stamp": stamp,
             "model": model_id, "revision": revision,
         }
+        if _serve_lmcache.enabled({"serve_lmcache": g(hvars, "serve_lmcache", False)}):
+            # The LMCache server beside the rank (serve_lmcache, issue #45): its HTTP port is on 127.0.0.1 only.
+            out["node"]["lmcache"] = {
+                "container": str(g(hvars, "serve_lmcache_container_name", DEFAULT_LMCACHE_CONTAINER)),
+                "http_port": _group_model.as_int(g(hvars, "serve_lmcache_http_port", DEFAULT_LMCACHE_HTTP_PORT)),
+            }
     if host in _hosts(groups, "dspark_supervisor"):
         out["roles"].append("supervisor")
         out["supervisor"] = {
