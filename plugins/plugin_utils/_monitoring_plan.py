@@ -362,6 +362,14 @@ def rules(settings):
          s["monitoring_alert_rank_missing_for"], "critical",
          "group {{ $labels.dspark_group }}: rank {{ $labels.dspark_rank }} on {{ $labels.dspark_host }} is missing",
          "The rank's container is not running, or its node does not answer; a group serves only with every rank."),
+        ("DsparkLmcacheDown",
+         "min by (%s, dspark_rank) (dspark_lmcache_container_running{job=\"dspark_node\"}) == 0"
+         " or min by (%s, dspark_rank) (dspark_lmcache_up{job=\"dspark_node\"}) == 0" % (serving, serving),
+         s["monitoring_alert_rank_missing_for"], "critical",
+         "group {{ $labels.dspark_group }}: the LMCache server on {{ $labels.dspark_host }} is down",
+         "The node's LMCache server (serve_lmcache) is not running, or its /metrics on 127.0.0.1 does not answer. vLLM "
+         "hangs without it: a store or lookup on that server blocks, the head waits lmcache.mp.mq_timeout (300 s) and "
+         "then exits, and the supervisor (dspark-fleet watch) restarts the whole group."),
         ("DsparkKvCacheFull",
          "max by (dspark_group, model_name) (vllm:kv_cache_usage_perc{job=\"dspark_vllm\"}) > %s"
          % _num(s["monitoring_alert_kv_cache_usage"]),
@@ -419,9 +427,9 @@ def rules(settings):
     return {"groups": [{"name": "dspark", "rules": out}]}
 
 
-ALERTS = ("DsparkGroupNotServing", "DsparkRouterBackendNoServer", "DsparkRankMissing", "DsparkKvCacheFull",
-          "DsparkRequestsWaitingGrowing", "DsparkTtftP95High", "DsparkHostMemoryLow", "DsparkFabricLinkDown",
-          "DsparkFabricMtu", "DsparkSupervisorAtCap")
+ALERTS = ("DsparkGroupNotServing", "DsparkRouterBackendNoServer", "DsparkRankMissing", "DsparkLmcacheDown",
+          "DsparkKvCacheFull", "DsparkRequestsWaitingGrowing", "DsparkTtftP95High", "DsparkHostMemoryLow",
+          "DsparkFabricLinkDown", "DsparkFabricMtu", "DsparkSupervisorAtCap")
 
 # -- alertmanager.yml ----------------------------------------------------------------------------------------------
 

@@ -62,6 +62,17 @@ CASES = {
         [("2m", []), ("5m", [{"dspark_group": "pair_a", "dspark_host": "a1", "dspark_rank": "1"}]),
          ("8m", [{"dspark_group": "pair_a", "dspark_host": "a1", "dspark_rank": "1"},
                  {"dspark_group": "pair_b", "dspark_host": "b1", "dspark_rank": "1"}])]),
+    "DsparkLmcacheDown": (
+        # a0's server container stops; a1's runs but its /metrics stops answering; b0's stays healthy.
+        [_series("dspark_lmcache_container_running", A("pair_a", "a0", job="dspark_node", dspark_rank="0"), "1 1 0x10"),
+         _series("dspark_lmcache_up", A("pair_a", "a0", job="dspark_node", dspark_rank="0"), "1 1 0x10"),
+         _series("dspark_lmcache_container_running", A("pair_a", "a1", job="dspark_node", dspark_rank="1"), "1x14"),
+         _series("dspark_lmcache_up", A("pair_a", "a1", job="dspark_node", dspark_rank="1"), "1 1 1 1 0x10"),
+         _series("dspark_lmcache_container_running", A("pair_b", "b0", job="dspark_node", dspark_rank="0"), "1x14"),
+         _series("dspark_lmcache_up", A("pair_b", "b0", job="dspark_node", dspark_rank="0"), "1x14")],
+        [("3m", []), ("5m", [{"dspark_group": "pair_a", "dspark_host": "a0", "dspark_rank": "0"}]),
+         ("8m", [{"dspark_group": "pair_a", "dspark_host": "a0", "dspark_rank": "0"},
+                 {"dspark_group": "pair_a", "dspark_host": "a1", "dspark_rank": "1"}])]),
     "DsparkKvCacheFull": (
         [_series("vllm:kv_cache_usage_perc", A("pair_a", "a0", job="dspark_vllm", model_name="m", engine="0"), "0.5 0.96x12"),
          _series("vllm:kv_cache_usage_perc", A("pair_b", "b0", job="dspark_vllm", model_name="m", engine="0"), "0.96 0.96 0.96 0.5x10"),
