@@ -208,7 +208,9 @@ def test_the_dashboard_reads_only_known_metrics_and_covers_the_issue():
         used |= names
     for wanted in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
                    "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds", "vllm:generation_tokens_total",
-                   "node_memory_MemAvailable_bytes", "node_network_receive_bytes_total", "dspark_fabric_link_up"):
+                   "node_memory_MemAvailable_bytes", "node_network_receive_bytes_total", "dspark_fabric_link_up",
+                   "dspark_lmcache_lookup_hit_tokens_total", "dspark_lmcache_lookup_requested_tokens_total",
+                   "dspark_lmcache_l2_usage_bytes"):
         assert wanted in used, wanted
 
 
