@@ -22,7 +22,7 @@ DISK = "/var/lib/dspark/lmcache"
 RECOVERY_BOUND_S = 900
 # About 200 tokens of tiny-llama's tokenizer: a context of 256 (serve_max_model_len) holds it and one chunk of 128
 # (serve_lmcache_chunk_size) is cached whole.
-PROMPT = " ".join("item %d of the list is the colour %s;" % (i, ("red", "green", "blue", "amber")[i % 4]) for i in range(24))
+PROMPT = " ".join("item %d of the list is the colour %s;" % (i, ("red", "green", "blue", "amber")[i % 4]) for i in range(17))
 
 
 def server_state(host):
