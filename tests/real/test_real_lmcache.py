@@ -20,9 +20,9 @@ ENGINE_PORT = 18888          # serve_engine_port (the engine behind the API edge
 HTTP_PORT = 8080             # serve_lmcache_http_port
 DISK = "/var/lib/dspark/lmcache"
 RECOVERY_BOUND_S = 900
-# About 200 tokens of tiny-llama's tokenizer: a context of 256 (serve_max_model_len) holds it and one chunk of 128
+# About 200 tokens of tiny-llama's tokenizer (its /tokenize: 99 for 12 items): a context of 256 (serve_max_model_len) holds it and one chunk of 128
 # (serve_lmcache_chunk_size) is cached whole.
-PROMPT = " ".join("item %d of the list is the colour %s;" % (i, ("red", "green", "blue", "amber")[i % 4]) for i in range(17))
+PROMPT = " ".join("item %d is %s;" % (i, ("red", "green", "blue", "amber")[i % 4]) for i in range(24))
 
 
 def server_state(host):
