@@ -165,10 +165,7 @@ def compose_lines(values):
         "    # dspark-fleet watch). A lone rank cannot rejoin the rendezvous and loops (upstream issue #38).",
         '    restart: "no"',
         "    stop_grace_period: %s" % compose_scalar(v["serve_stop_grace_period"]),
-        "    labels:",
-        "      dspark.cluster/group: %s" % compose_scalar(v["group"]),
-        "      dspark.cluster/rank: %s" % compose_scalar(v["rank"]),
-        "      dspark.cluster/config: %s" % compose_scalar(v["hash"]),
+    ] + _labels(v) + [
         "    # The API keys (rank 0 only): VLLM_API_KEY from the 0600 file next to this one.",
         "    env_file: [secrets.env]",
         "    environment: %s" % to_json(environment),
@@ -198,6 +195,14 @@ def compose_lines(values):
     return out
 
 
+def _labels(v):
+    """The rank's labels: its group, its rank and the definition's fingerprint (a changed one restarts the group)."""
+    return ["    labels:",
+            "      dspark.cluster/group: %s" % compose_scalar(v["group"]),
+            "      dspark.cluster/rank: %s" % compose_scalar(v["rank"]),
+            "      dspark.cluster/config: %s" % compose_scalar(v["hash"])]
+
+
 GPU_LINES = ["    deploy:",
              "      resources:",
              "        reservations:",
@@ -217,11 +222,7 @@ def _lmcache_service(v):
            "    network_mode: host",
            "    ipc: host",
            '    restart: "no"',
-           "    stop_grace_period: %s" % compose_scalar(v["serve_stop_grace_period"]),
-           "    labels:",
-           "      dspark.cluster/group: %s" % compose_scalar(v["group"]),
-           "      dspark.cluster/rank: %s" % compose_scalar(v["rank"]),
-           "      dspark.cluster/config: %s" % compose_scalar(v["hash"]),
+           "    stop_grace_period: %s" % compose_scalar(v["serve_stop_grace_period"])] + _labels(v) + [
            "    environment: %s" % to_json(_serve_lmcache.ENVIRONMENT),
            "    healthcheck:",
            "      test: %s" % _compose_list(_serve_lmcache.healthcheck(v)),

@@ -127,3 +127,10 @@ def probe(tmp_path, ruleset, cases):
         for name in sorted({case[0] for case in cases}):
             found.setdefault(tag, {}).update(json.loads((tmp_path / ("%s-%s.json" % (tag, name))).read_text()))
     return found
+
+
+def check(results, name, src, dst, port, expected):
+    """One case of probe()'s results: reachable without the firewall, ``expected`` with it."""
+    found = key(name, src, dst, port)
+    assert results["before"][found] == "open", "the listener is not reachable even without the firewall"
+    assert results["after"][found] == expected
