@@ -209,7 +209,7 @@ def judge_driver(version, allow=None, deny=None, required=False, allow_variable=
 
 
 def judge_disk(spec, statvfs, measured_at=None):
-    """spec: {path, need_bytes, need_inodes, variable, label}; statvfs: mapping/object with f_bavail, f_frsize,
+    """spec: {path, need_bytes, need_inodes, variable, label[, fix]}; statvfs: mapping/object with f_bavail, f_frsize,
     f_favail, f_files; measured_at: the nearest existing parent when spec['path'] does not exist yet."""
     def field(name):
         if isinstance(statvfs, dict):
@@ -226,7 +226,8 @@ def judge_disk(spec, statvfs, measured_at=None):
     inodes_limited = field('f_files') > 0
     where = path if not measured_at or measured_at == path else (
         '%s (does not exist yet; measured at its nearest existing parent %s)' % (path, measured_at))
-    named = '%s=%s' % (variable, path) if variable else path
+    # A spec with its own fix names a path that no variable sets (/dev/shm for LMCache's L1): the variable is the need's.
+    named = '%s=%s' % (variable, path) if variable and not spec.get('fix') else path
     value = {'free_bytes': free_bytes, 'free_inodes': free_inodes if inodes_limited else None,
              'measured_at': measured_at or path}
     threshold = {'need_bytes': need_bytes, 'need_inodes': need_inodes}
@@ -243,8 +244,8 @@ def judge_disk(spec, statvfs, measured_at=None):
     if problems:
         return make_check('disk', subject, value, threshold, 'fail',
                           '%s (%s) at %s: %s' % (named, label, where, '; '.join(problems)),
-                          'Free space on the filesystem of %s (old checkpoints, images: docker system prune, '
-                          'caches), grow it, or set %s to a path on a larger filesystem'
+                          spec.get('fix') or 'Free space on the filesystem of %s (old checkpoints, images: docker system '
+                          'prune, caches), grow it, or set %s to a path on a larger filesystem'
                           % (measured_at or path, variable or 'the path'), variable)
     return make_check('disk', subject, value, threshold, 'pass',
                       '%s (%s) at %s: %s free, %s needed%s' % (named, label, where, gib(free_bytes),

@@ -121,6 +121,11 @@ options:
         description:
           - Where the model's files are (C(du -s --apparent-size)); a path that does not exist holds nothing.
         type: str
+      fix:
+        description:
+          - The fix to print when the check fails, for a path no variable sets (O(disks[].variable) then names what sets
+            the need, not the path).
+        type: str
   memory_fraction:
     description:
       - Fraction of C(MemTotal) that must be available (C(MemAvailable)), plus O(memory_reserve_mib). 0 skips the check.
@@ -644,7 +649,7 @@ def main():
             disks=dict(type='list', elements='dict', default=[], options=dict(
                 path=dict(type='str', required=True), need_bytes=dict(type='int', required=True),
                 need_inodes=dict(type='int', default=0), variable=dict(type='str'), label=dict(type='str'),
-                model_bytes=dict(type='int', default=0), present_path=dict(type='str'))),
+                model_bytes=dict(type='int', default=0), present_path=dict(type='str'), fix=dict(type='str'))),
             memory_fraction=dict(type='float', default=0.0),
             memory_reserve_mib=dict(type='int', default=0),
             memory_variable=dict(type='str', default='serve_gpu_memory_utilization'),

@@ -103,7 +103,9 @@ def disks(inputs):
         out.append({"path": "/dev/shm", "need_bytes": _serve_lmcache.ENGINE_SHM_MIB * 1024 ** 2, "need_inodes": 0,
                     "variable": "serve_lmcache_l1_size_gb", "model_bytes": l1, "present_path": segment,
                     "label": "LMCache's L1 (serve_lmcache_l1_size_gb=%s, {present} bytes of it there already) and vLLM's "
-                             "160 MiB" % inputs["lmcache_l1_gb"]})
+                             "160 MiB" % inputs["lmcache_l1_gb"],
+                    "fix": "Lower serve_lmcache_l1_size_gb, or give the node's /dev/shm room for it (a tmpfs: mount -o "
+                           "remount,size=<bytes> /dev/shm, and its size in /etc/fstab)"})
     # LMCache's disk tier (serve_lmcache_disk_dir, issue #45): its bound less what it holds already.
     if inputs.get("lmcache_disk_dir"):
         size = _int(inputs.get("lmcache_disk_gb")) * 1024 ** 3

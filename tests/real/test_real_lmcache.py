@@ -2,7 +2,7 @@
 per node from the serving image (lmcache 0.5.6 in lab/engine), TP=2 over Gloo, the CPU build's shared-memory transfer.
 
 In file order, before test_real_engine.py (whose last test stops the group): the servers run healthy beside both ranks
-on the fabric address and loopback; a prompt sent again after the WHOLE group restarted (engines and servers: vLLM's
+on the fabric address and loopback; an L1 the nodes cannot hold is refused by qualify (the site.yml gate); a prompt sent again after the WHOLE group restarted (engines and servers: vLLM's
 own prefix cache and LMCache's L1 gone) is read from the disk tier; a killed server is named by verify and status and
 `dspark-fleet watch` restarts the group as one unit. Time to first token is printed, not asserted (a benchmark's
 business: docs/lmcache-findings.md has the measurements).
@@ -59,6 +59,19 @@ def test_a_healthy_server_beside_each_rank_on_the_fabric_and_loopback():
         fabric = PAIR["hosts"][host]["dspark_fabric_address"]
         assert "%s:5555 " % fabric in out and "127.0.0.1:%d " % HTTP_PORT in out, (host, out)
         assert "0.0.0.0:%d " % HTTP_PORT not in out and "0.0.0.0:5555 " not in out, (host, out)
+
+
+def test_an_l1_the_node_cannot_hold_is_refused_before_anything_changes():
+    """The qualify gate of site.yml (before any role changes a node) judges the L1 against the node's memory and its
+    /dev/shm: this machine's 24 GiB and the lab nodes' 2 GiB /dev/shm cannot hold a 64 GB L1."""
+    rc, out = playbook("playbooks/qualify.yml", "-e", "serve_lmcache_l1_size_gb=64", "-e", "qualify_fast=true")
+    flat = " ".join(out.split())
+    assert rc != 0, out[-3000:]
+    assert "LMCache L1 65536 MiB (serve_lmcache_l1_size_gb)" in flat and "cannot all fit" in flat, out[-3000:]
+    assert ("disk /dev/shm: /dev/shm (LMCache's L1 (serve_lmcache_l1_size_gb=64, 0 bytes of it there already) and "
+            "vLLM's 160 MiB) at /dev/shm: 2.0 GiB free, 64.2 GiB needed") in flat, out[-3000:]
+    assert "Fix: Lower serve_lmcache_l1_size_gb, or give the node's /dev/shm room for it" in flat, out[-3000:]
+    assert "Fix: Lower serve_lmcache_l1_size_gb to at most" in flat, out[-3000:]
 
 
 def test_a_prompt_sent_again_after_the_whole_group_restarted_is_read_from_the_disk_tier():

@@ -60,6 +60,9 @@ def test_the_lmcache_l1_needs_dev_shm_beside_vllms_segment():
     assert shm["present_path"] == "/dev/shm/lmcache_l1_pool_dspark_real_pair_r1"
     assert qualify.model_disk_need(shm, 0)[0] == GIB // 2 + 160 * 1024 ** 2
     assert qualify.model_disk_need(shm, GIB // 2)[0] == 160 * 1024 ** 2
+    check = qualify.judge_disk(dict(shm, need_bytes=GIB), {"f_bavail": 1, "f_frsize": 4096, "f_favail": 9, "f_files": 9})
+    assert check["verdict"] == "fail" and check["message"].startswith("/dev/shm (LMCache's L1")
+    assert check["fix"].startswith("Lower serve_lmcache_l1_size_gb") and check["variable"] == "serve_lmcache_l1_size_gb"
 
 
 def test_links_add_the_second_fabric_interface():
