@@ -222,14 +222,15 @@ def _lmcache_service(v):
            "    network_mode: host",
            "    ipc: host",
            '    restart: "no"',
-           "    stop_grace_period: %s" % compose_scalar(v["serve_stop_grace_period"])] + _labels(v) + [
-           "    environment: %s" % to_json(_serve_lmcache.ENVIRONMENT),
-           "    healthcheck:",
-           "      test: %s" % _compose_list(_serve_lmcache.healthcheck(v)),
-           '      interval: "5s"',
-           '      timeout: "5s"',
-           "      retries: 3",
-           "      start_period: %s" % compose_scalar("%ss" % _inputs.as_int(v["serve_lmcache_start_period"]))]
+           "    stop_grace_period: %s" % compose_scalar(v["serve_stop_grace_period"])]
+    out += _labels(v)
+    out += ["    environment: %s" % to_json(_serve_lmcache.ENVIRONMENT),
+            "    healthcheck:",
+            "      test: %s" % _compose_list(_serve_lmcache.healthcheck(v)),
+            '      interval: "5s"',
+            '      timeout: "5s"',
+            "      retries: 3",
+            "      start_period: %s" % compose_scalar("%ss" % _inputs.as_int(v["serve_lmcache_start_period"]))]
     if v["serve_lmcache_disk_dir"]:
         out += ["    volumes:",
                 "      # The disk tier, which outlives the group's restarts.",

@@ -2,8 +2,9 @@
 per node from the serving image (lmcache 0.5.6 in lab/engine), TP=2 over Gloo, the CPU build's shared-memory transfer.
 
 In file order, before test_real_engine.py (whose last test stops the group): the servers run healthy beside both ranks
-on the fabric address and loopback; an L1 the nodes cannot hold is refused by qualify (the site.yml gate); a prompt sent again after the WHOLE group restarted (engines and servers: vLLM's
-own prefix cache and LMCache's L1 gone) is read from the disk tier; a killed server is named by verify and status and
+on the fabric address and loopback; an L1 the nodes cannot hold is refused by qualify (the site.yml gate); a prompt
+sent again after the WHOLE group restarted (engines and servers: vLLM's own prefix cache and LMCache's L1 gone) is
+read from the disk tier; a killed server is named by verify and status and
 `dspark-fleet watch` restarts the group as one unit. Time to first token is printed, not asserted (a benchmark's
 business: docs/lmcache-findings.md has the measurements).
 """
