@@ -110,6 +110,26 @@ BENCHMARKS = {
                     ("straight to vLLM, p50 (ms)", "straight_to_engine.p50_ms"),
                     ("added at p50 (ms)", "added_p50_ms"), ("added at p99 (ms)", "added_p99_ms")],
     },
+    "lmcache_ttft.json": {
+        "title": "Time to first token of a repeated long prompt after a restart, with and without LMCache",
+        "script": "bench/bench_lmcache_ttft.py",
+        "measures": "`lab/lmcache/tp2.sh`'s TP=2 vLLM CPU group (the lab's tiny model) in throwaway containers, "
+                    "without a KV connector and with LMCache's server per node (`MODE=urls`): a fresh group "
+                    "answers a long prompt, the whole group (LMCache's servers too) is stopped and started, and "
+                    "after a short warm-up request the same prompt is asked again; its streamed time to first "
+                    "token, and with LMCache the tokens vLLM took from it (issue #45).",
+        "numbers": [("long prompt, cut to at most (tokens)", "prompt_tokens"),
+                    ("long prompt as vLLM counted it, each sample (tokens)", "samples.*.prompt_tokens"),
+                    ("median TTFT after the restart, no LMCache (s)", "median_ttft_none_s"),
+                    ("median TTFT after the restart, LMCache (s)", "median_ttft_lmcache_s"),
+                    ("speed-up (none / LMCache)", "speedup"),
+                    ("no LMCache: TTFT after the restart, each run (s)", "modes.none.ttft_s_each"),
+                    ("LMCache: TTFT after the restart, each run (s)", "modes.urls.ttft_s_each"),
+                    ("no LMCache: median TTFT of a fresh group's first ask (s)", "modes.none.median_cold_ttft_s"),
+                    ("LMCache: median TTFT of a fresh group's first ask (s)", "modes.urls.median_cold_ttft_s"),
+                    ("LMCache: external prefix cache hits, each run (tokens)",
+                     "modes.urls.external_prefix_cache_hits_each")],
+    },
     "recovery.json": {
         "title": "Supervisor recovery (simulator, fleet lab)",
         "script": "bench/bench_recovery.py",
