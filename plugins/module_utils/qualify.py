@@ -325,7 +325,10 @@ def judge_cma(meminfo_text, required=False, variable='cma_required'):
     return make_check('cma', 'CmaTotal', mib, {'min_mib': 1}, 'pass', 'CmaTotal %d MiB' % mib, None, variable)
 
 
-def judge_memory(meminfo_text, fraction=0.0, reserve_mib=0, variable='serve_gpu_memory_utilization'):
+def judge_memory(meminfo_text, fraction=0.0, reserve_mib=0, variable='serve_gpu_memory_utilization', engine_running=None):
+    """MemAvailable against what a start needs. engine_running: the name of this collection's serving container when it
+    runs: it holds its share already, so what is available now says nothing about the next start (a restart stops it
+    first, and the serve role's memory guard waits for the memory then)."""
     facts = meminfo_facts(meminfo_text)
     total, available = facts['memory_total_mib'], facts['memory_available_mib']
     value = {'total_mib': total, 'available_mib': available}
@@ -333,6 +336,11 @@ def judge_memory(meminfo_text, fraction=0.0, reserve_mib=0, variable='serve_gpu_
         return make_check('memory', 'memory', value, None, 'skip',
                           '%s is 0 (memory_fraction): memory not judged; %s MiB of %s MiB available'
                           % (variable, available, total), None, variable)
+    if engine_running:
+        return make_check('memory', 'memory', value, None, 'skip',
+                          'the serving container %s runs and holds its share: MemAvailable (%s of %s MiB) not judged '
+                          '(the serve role\'s memory guard checks it when the group restarts)'
+                          % (engine_running, available, total), None, variable)
     if total is None or available is None:
         return make_check('memory', 'memory', value, None, 'skip',
                           '/proc/meminfo has no MemTotal/MemAvailable (kernel older than 3.14?): memory not judged',

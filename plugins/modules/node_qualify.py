@@ -128,7 +128,8 @@ options:
         type: str
   memory_fraction:
     description:
-      - Fraction of C(MemTotal) that must be available (C(MemAvailable)), plus O(memory_reserve_mib). 0 skips the check.
+      - Fraction of C(MemTotal) that must be available (C(MemAvailable)), plus O(memory_reserve_mib). 0 skips the check,
+        and so does a running container of O(own_containers) (it holds its share already).
     type: float
     default: 0.0
   memory_reserve_mib:
@@ -557,6 +558,15 @@ def holder_of(pid, process, docker):
     return None
 
 
+def running_container(module, names):
+    """The first of this collection's serving containers (own_containers) that runs, else None."""
+    for name in names or []:
+        result = run(module, ['docker', 'inspect', '--format', '{{.State.Running}}', name])
+        if result and result[0] == 0 and result[1].strip() == 'true':
+            return name
+    return None
+
+
 def measure_ports(module, ports, own_containers, own_units=()):
     if not ports:
         return []
@@ -719,7 +729,7 @@ def main():
         meminfo = read_text('/proc/meminfo')
         facts.update(qualify.meminfo_facts(meminfo))
         checks.append(qualify.judge_memory(meminfo, p['memory_fraction'], p['memory_reserve_mib'],
-                                           p['memory_variable']))
+                                           p['memory_variable'], running_container(module, p['own_containers'])))
         budget = qualify.judge_memory_budget(meminfo, p['memory_fraction'], p['lmcache_l1_mib'], p['lmcache_reserve_mib'],
                                              p['memory_variable'])
         if budget:
