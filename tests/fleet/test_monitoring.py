@@ -42,6 +42,13 @@ EMPTY_HERE = {
     "dspark_supervisor_restart_cap": "no supervisor host in the lab inventory",
     "dspark_fabric_gid_index": "no RDMA device in the lab's containers",
     "dspark_fabric_gid_matches": "no RDMA device in the lab's containers",
+    # LMCache (serve_lmcache) runs in the real-engine lab only (inventories/lab-real, tests/real/test_real_lmcache.py);
+    # its collector is tested against recordings of a real server (tests/unit/monitoring).
+    "dspark_lmcache_lookup_hit_tokens_total": "no LMCache in the fleet lab",
+    "dspark_lmcache_lookup_hit_l2_tokens_total": "no LMCache in the fleet lab",
+    "dspark_lmcache_lookup_requested_tokens_total": "no LMCache in the fleet lab",
+    "dspark_lmcache_l1_memory_usage_bytes": "no LMCache in the fleet lab",
+    "dspark_lmcache_l2_usage_bytes": "no LMCache in the fleet lab",
 }
 
 
