@@ -115,8 +115,8 @@ def engine_environment(environment, values):
 
 # The server's compose health check: its HTTP /healthcheck with the image's Python (no curl there; `lmcache ping`
 # imports torch and takes about 2 s a probe).
-HEALTH_PROBE = ("import sys, urllib.request; "
-                "sys.exit(urllib.request.urlopen('http://127.0.0.1:%d/healthcheck', timeout=5).status != 200)")
+HEALTH_PROBE = ("import sys, http.client; c = http.client.HTTPConnection('127.0.0.1', %d, timeout=5); "
+                "c.request('GET', '/healthcheck'); sys.exit(c.getresponse().status != 200)")
 
 
 def healthcheck(values):

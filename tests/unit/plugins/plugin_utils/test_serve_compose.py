@@ -126,7 +126,8 @@ def test_lmcache_off_changes_nothing_on_does_not_touch_the_engine_service():
     assert server["environment"] == {"LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1", "LMCACHE_DISABLE_BANNER": "1"}
     assert server["volumes"] == ["/nvme/lmcache:/cache/lmcache"]
     assert server["healthcheck"]["test"][:3] == ["CMD", "python3", "-c"]
-    assert "urlopen('http://127.0.0.1:8080/healthcheck', timeout=5)" in server["healthcheck"]["test"][3]
+    assert "HTTPConnection('127.0.0.1', 8080, timeout=5)" in server["healthcheck"]["test"][3]
+    assert "c.request('GET', '/healthcheck')" in server["healthcheck"]["test"][3]
     assert server["healthcheck"]["start_period"] == "120s"
     # Without a disk tier: no adapter, no volume; a GPU node gives the server the GPU too (CUDA IPC).
     doc = yaml.safe_load("\n".join(sc.compose_lines(dict(BASE, serve_lmcache=True, gpu=True))))

@@ -1,7 +1,11 @@
 """LMCache beside every rank (issue #45): plugin_utils._serve_lmcache (the server's command, the connector, its ports)
 and the firewall's rules for them with real packets (firewall_netns)."""
 
+import http.server
 import json
+import subprocess
+import sys
+import threading
 
 import pytest
 
@@ -63,8 +67,32 @@ def test_local_ports_and_shared_memory_only_when_on():
 
 def test_the_health_check_asks_the_http_port():
     test = lm.healthcheck(VALUES)
-    assert test[:3] == ["CMD", "python3", "-c"] and "http://127.0.0.1:9090/healthcheck" in test[3]
+    assert test[:3] == ["CMD", "python3", "-c"] and "HTTPConnection('127.0.0.1', 9090, timeout=5)" in test[3]
     compile(test[3], "healthcheck", "exec")
+
+
+def test_the_health_check_runs_against_a_real_http_server():
+    """The probe's Python as compose runs it: exit 0 while /healthcheck answers 200, 1 on 503, else an error."""
+    answers = {"status": 200}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the stdlib's name)
+            self.send_response(answers["status"] if self.path == "/healthcheck" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        probe = lm.healthcheck(dict(VALUES, serve_lmcache_http_port=server.server_address[1]))[3]
+        assert subprocess.run([sys.executable, "-c", probe], check=False, timeout=30).returncode == 0
+        answers["status"] = 503
+        assert subprocess.run([sys.executable, "-c", probe], check=False, timeout=30).returncode == 1
+    finally:
+        server.shutdown()
+    assert subprocess.run([sys.executable, "-c", probe], check=False, capture_output=True, timeout=30).returncode != 0
 
 
 # The firewall: LMCache's HTTP port (here 9090) from loopback only, the fabric peer included; its request port (5555)
