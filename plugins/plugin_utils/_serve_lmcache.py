@@ -128,7 +128,3 @@ def local_ports(values):
     on the fabric address, which the firewall opens to the group's peers only."""
     return [int(values["serve_lmcache_http_port"])] if enabled(values) else []
 
-
-def shm_need_mib(values):
-    """What /dev/shm must hold on a node: the L1 pool plus vLLM's own segment."""
-    return int(float(values["serve_lmcache_l1_size_gb"]) * 1024) + ENGINE_SHM_MIB if enabled(values) else 0

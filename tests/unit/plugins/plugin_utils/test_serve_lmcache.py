@@ -60,9 +60,8 @@ def test_the_disk_tier_is_bounded():
     assert lm.disk_adapter(VALUES) is None
 
 
-def test_local_ports_and_shared_memory_only_when_on():
+def test_local_ports_only_when_on():
     assert lm.local_ports(VALUES) == [9090] and lm.local_ports(dict(VALUES, serve_lmcache=False)) == []
-    assert lm.shm_need_mib(VALUES) == 8 * 1024 + 160 and lm.shm_need_mib(dict(VALUES, serve_lmcache=False)) == 0
 
 
 def test_the_health_check_asks_the_http_port():
