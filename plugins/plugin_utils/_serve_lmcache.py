@@ -127,4 +127,3 @@ def local_ports(values):
     """The server's HTTP port, which no one but loopback may reach (the firewall's local_ports); the request port is
     on the fabric address, which the firewall opens to the group's peers only."""
     return [int(values["serve_lmcache_http_port"])] if enabled(values) else []
-
