@@ -8,9 +8,11 @@ SCENARIOS := $(filter default,$(ALL_SCENARIOS)) $(filter-out default,$(ALL_SCENA
 MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
 # The stages of `make test`: each a target of this Makefile, run through tests/ci/stage.sh, in three lanes that run
 # beside each other (tests/ci/lanes.sh), each a lab's long stage first: the fleet lab; the pair lab (its checks, the
-# scenarios but vmlab and docker_runtime), then the unit tests that run playbooks, the plugins' on the newest core,
-# lint and the build; the VM lab, then the execution environment (built, checked, and run by realtest), the
-# real-engine lab (converged on the newest ansible-core), the other unit tests and sanity on both cores.
+# scenarios but vmlab and docker_runtime), then the unit tests that run playbooks; the VM lab, then the execution
+# environment (built, checked, and run by realtest) and the real-engine lab (converged on the newest ansible-core).
+# The stages that need no lab (the other unit tests, the plugins' on the newest core, sanity and lint on both cores,
+# the build) are a pool, longest first: each lane takes the next one when it is done, so the lanes end together.
+# Stages joined by "+" run in order in one lane (ansible-lint's and ansible-test's caches are per checkout).
 # Stage times and the cuts that keep the run under
 # 90 minutes on the 2-core CI machine: docs/design-lab.md (CI time).
 # `setup` runs first, alone: what the lanes share (the newest ansible-core's venv, the node and simulator images).
@@ -20,9 +22,10 @@ VM_STAGES := $(filter molecule-vmlab,$(MOLECULE_STAGES))
 # role on nodes that have Docker): run it by hand, `make molecule-docker_runtime`.
 CI_SCENARIOS := $(filter-out molecule-docker_runtime $(VM_STAGES),$(MOLECULE_STAGES))
 LANE_FLEET := fleettest
-LANE_PAIR := labtest $(CI_SCENARIOS) unit-playbooks unit-newest lint lint-newest build
-LANE_VM := $(VM_STAGES) ee realtest unit-core sanity-newest sanity
-TEST_STAGES := setup $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM)
+LANE_PAIR := labtest $(CI_SCENARIOS) unit-playbooks
+LANE_VM := $(VM_STAGES) ee realtest
+LANE_POOL := unit-core sanity-newest+sanity lint+lint-newest unit-newest build
+TEST_STAGES := setup $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM) $(subst +, ,$(LANE_POOL))
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
 CI_LOGS := tests/output/ci
 
@@ -102,10 +105,11 @@ unit: venv
 # `unit` in two stages of `make test`, one per lane: the unit tests that run real playbooks (tests/unit/playbooks,
 # about 60 % of the time) and all the others.
 .PHONY: unit-core unit-playbooks
-# The metric-name check reads vLLM's source from the real-engine image (tests/ci/vllm_source.sh; realtest runs
-# before unit-core in the VM lane).
+# The check of the metric names against vLLM's source (test_monitoring_vllm_names.py) runs in realtest, which builds
+# the real-engine image it reads (tests/ci/vllm_source.sh); `make unit` runs it too.
+VLLM_NAMES_TEST := tests/unit/monitoring/test_monitoring_vllm_names.py
 unit-core: venv
-	DSPARK_VLLM_SRC=$$(bash tests/ci/vllm_source.sh) $(BIN)/pytest -q --durations=25 --ignore=tests/unit/playbooks tests/unit
+	$(BIN)/pytest -q --durations=25 --ignore=tests/unit/playbooks --ignore=$(VLLM_NAMES_TEST) tests/unit
 
 # The supervisor key's from= against a real sshd (tests/ci/sshd_binary.sh: unpacked from its package, not installed).
 unit-playbooks: venv
@@ -169,6 +173,7 @@ converge-mitogen: prereqs-lab venv
 # afterwards. sim_pair and the router stay bare here (CI time): they serve realtest-roll.
 realtest: prereqs-lab venv $(SIM_TAR) $(NEWEST_VENV)/.installed ee-image
 	bash lab/real.sh up
+	DSPARK_VLLM_SRC=$$(bash tests/ci/vllm_source.sh) $(BIN)/pytest -q $(VLLM_NAMES_TEST) || { bash lab/real.sh down; exit 1; }
 	$(BIN)/python tests/ci/converge_twice.py $(NEWEST_VENV)/bin/ansible-playbook $(LAB_REAL) site.yml --limit real_pair && \
 	  DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q -s tests/real/test_real_ee.py tests/real/test_real_edge.py tests/real/test_auth_parity.py \
 	    tests/real/test_real_acceptance.py tests/real/test_real_lmcache.py tests/real/test_real_engine.py; rc=$$?; \
@@ -229,7 +234,7 @@ test: prereqs-test venv
 	@rm -rf $(CI_LOGS); echo "make test: $(words $(TEST_STAGES)) stages in 3 lanes, whole output of each in $(CI_LOGS)/<stage>.log"
 	@start=$$(date +%s); export CI_LOGS=$(CI_LOGS); \
 	  bash tests/ci/stage.sh setup $(MAKE) --no-print-directory setup && \
-	  MAKE=$(MAKE) bash tests/ci/lanes.sh "$(LANE_FLEET)" "$(LANE_PAIR)" "$(LANE_VM)"; rc=$$?; \
+	  MAKE=$(MAKE) bash tests/ci/lanes.sh --pool "$(LANE_POOL)" "$(LANE_FLEET)" "$(LANE_PAIR)" "$(LANE_VM)"; rc=$$?; \
 	  if [ $$rc = 0 ]; then echo "make test: all $(words $(TEST_STAGES)) stages passed in $$(( $$(date +%s) - start )) s"; \
 	  else echo "make test: FAILED after $$(( $$(date +%s) - start )) s"; fi; exit $$rc
 

@@ -77,6 +77,30 @@ def test_a_why_file_left_by_an_earlier_run_is_not_printed(tmp_path):
     assert "old failed" not in result.stdout
 
 
+def test_the_pool_goes_to_the_lanes_that_end_first_in_order_and_joined_stages_stay_together(tmp_path):
+    # Lane 2 ends at once and takes p1, then p2+p3 in order; slow1 holds lane 1 until "go" (p3's successor) is written.
+    result, trace = lanes(tmp_path, "--pool", "p1 p2+p3+go p4", "slow1", "b1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(trace) == sorted(["slow1", "b1", "p1", "p2", "p3", "go", "p4"])
+    assert trace.index("b1") < trace.index("p1") < trace.index("p2") < trace.index("p3") < trace.index("go")
+    assert trace.index("go") < trace.index("slow1")        # lane 1 was still busy: the pool did not wait for it
+    assert sorted(line.split()[0] for line in result.stdout.splitlines() if not line.startswith("cpu:")) == \
+        sorted(["slow1", "b1", "p1", "p2", "p3", "go", "p4"])
+
+
+def test_a_failed_pool_item_stops_its_lane_and_the_rest_of_the_pool_goes_to_another(tmp_path):
+    result, trace = lanes(tmp_path, "--pool", "fail1+p2 p3 p4", "a1", "b1")
+    assert result.returncode == 1
+    assert "p2" not in trace and "p3" in trace and "p4" in trace
+    assert "stopped: p2 not run" in result.stdout
+
+
+def test_pool_items_no_lane_took_are_named_and_fail_the_run(tmp_path):
+    result, trace = lanes(tmp_path, "--pool", "p1 p2", "fail1", "fail2")
+    assert result.returncode == 1
+    assert "p1" not in trace and "pool: p1 p2 not run (every lane stopped before it)" in result.stdout
+
+
 def test_no_lane_is_a_usage_error(tmp_path):
     result = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
