@@ -33,11 +33,11 @@ CI_LOGS := tests/output/ci
 	$(MOLECULE_STAGES) test build bench unit-newest setup lint-newest sanity-newest converge-newest converge-mitogen realtest
 
 venv: $(VENV)/.installed
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt constraints.txt
 	@bash tests/ci/prereqs.sh venv
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q -r requirements.txt -c constraints.txt
 	touch $@
 
 # The system packages each entry point needs (Debian names), installed as root when missing; silent when present.
@@ -126,11 +126,22 @@ NEWEST_FLEET_TESTS := tests/unit/fleet/test_e2e.py tests/unit/fleet/test_runner_
 NEWEST_VENV := .venv-newest
 NEWEST_PYTHON ?= $(shell for p in $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HOME)/.pyenv/versions/3.12*/bin/python3 \
 	python3.13 python3.12; do "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && { echo "$$p"; break; }; done)
-$(NEWEST_VENV)/.installed: requirements-newest.txt
+$(NEWEST_VENV)/.installed: requirements-newest.txt constraints-newest.txt
 	@test -n "$(NEWEST_PYTHON)" || { echo "unit-newest: no Python 3.12+ found (set NEWEST_PYTHON=/path/to/python3.12)"; exit 1; }
 	$(NEWEST_PYTHON) -m venv $(NEWEST_VENV)
-	$(NEWEST_VENV)/bin/pip install -q -r requirements-newest.txt
+	$(NEWEST_VENV)/bin/pip install -q -r requirements-newest.txt -c constraints-newest.txt
 	touch $@
+
+# The constraints files rewritten from what requirements*.txt resolve to today (throwaway venvs without the old
+# constraints; comment lines kept). Then a clean-clone CI before committing them.
+.PHONY: constraints
+constraints: prereqs-test
+	@test -n "$(NEWEST_PYTHON)" || { echo "constraints: no Python 3.12+ found (set NEWEST_PYTHON=/path/to/python3.12)"; exit 1; }
+	set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  for pair in "python3 requirements.txt constraints.txt" "$(NEWEST_PYTHON) requirements-newest.txt constraints-newest.txt"; do \
+	    set -- $$pair; rm -rf "$$tmp/v"; $$1 -m venv "$$tmp/v"; "$$tmp/v/bin/pip" install -q -r $$2; \
+	    { grep '^#' $$3; "$$tmp/v/bin/pip" freeze --exclude-editable; } > $$3.tmp; mv $$3.tmp $$3; \
+	  done
 
 unit-newest: $(NEWEST_VENV)/.installed
 	$(NEWEST_VENV)/bin/pytest -q -p no:cacheprovider --durations=10 $(NEWEST_FLEET_TESTS) tests/unit/plugins
