@@ -27,10 +27,12 @@ PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/pytest_plugins${PYTHONPATH:+:$PYTHONP
 export PYTHONPATH
 
 start=$SECONDS
+# The stamps start from awk's own clock: `date +%s` reads a finer clock that can be a second ahead of awk's
+# systime() at a second's edge, and stamped a first line -1.
 {
   echo "# stage $name: $* (started $(date '+%F %T'))"
   "$@" </dev/null
-} 2>&1 | awk -W interactive -v t0="$(date +%s)" '{ printf "%5d %s\n", systime() - t0, $0; fflush() }' >"$log"
+} 2>&1 | awk -W interactive 'BEGIN { t0 = systime() } { printf "%5d %s\n", systime() - t0, $0; fflush() }' >"$log"
 rc=${PIPESTATUS[0]}
 secs=$((SECONDS - start))
 # The report is written once, at the end: stages of other lanes (tests/ci/lanes.sh) print beside this one.
