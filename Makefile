@@ -102,8 +102,8 @@ sanity: venv
 unit: venv
 	$(BIN)/pytest -q --durations=25 tests/unit
 
-# `unit` in two stages of `make test`, one per lane: the unit tests that run real playbooks (tests/unit/playbooks,
-# about 60 % of the time) and all the others.
+# `unit` in two stages of `make test`: the unit tests that run real playbooks (tests/unit/playbooks, about 60 % of
+# the time; the pair lane) and all the others (the pool).
 .PHONY: unit-core unit-playbooks
 # The check of the metric names against vLLM's source (test_monitoring_vllm_names.py) runs in realtest, which builds
 # the real-engine image it reads (tests/ci/vllm_source.sh); `make unit` runs it too.
