@@ -184,8 +184,8 @@ converge-mitogen: prereqs-lab venv
 # afterwards. sim_pair and the router stay bare here (CI time): they serve realtest-roll.
 realtest: prereqs-lab venv $(SIM_TAR) $(NEWEST_VENV)/.installed ee-image
 	bash lab/real.sh up
-	DSPARK_VLLM_SRC=$$(bash tests/ci/vllm_source.sh) $(BIN)/pytest -q $(VLLM_NAMES_TEST) || { bash lab/real.sh down; exit 1; }
-	$(BIN)/python tests/ci/converge_twice.py $(NEWEST_VENV)/bin/ansible-playbook $(LAB_REAL) site.yml --limit real_pair && \
+	DSPARK_VLLM_SRC=$$(bash tests/ci/vllm_source.sh) $(BIN)/pytest -q $(VLLM_NAMES_TEST) && \
+	  $(BIN)/python tests/ci/converge_twice.py $(NEWEST_VENV)/bin/ansible-playbook $(LAB_REAL) site.yml --limit real_pair && \
 	  DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q -s tests/real/test_real_ee.py tests/real/test_real_edge.py tests/real/test_auth_parity.py \
 	    tests/real/test_real_acceptance.py tests/real/test_real_lmcache.py tests/real/test_real_engine.py; rc=$$?; \
 	  bash lab/real.sh down; exit $$rc
