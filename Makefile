@@ -32,12 +32,18 @@ CI_LOGS := tests/output/ci
 .PHONY: venv prereqs-lab prereqs-test lab lab-down lab-fleet lab-fleet-down lab-real lab-real-down site-real site lint sanity unit labtest vmlabtest molecule \
 	$(MOLECULE_STAGES) test build bench unit-newest setup lint-newest sanity-newest converge-newest converge-mitogen realtest
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed $(VENV)/.ansiballz-cache
 $(VENV)/.installed: requirements.txt constraints.txt
 	@bash tests/ci/prereqs.sh venv
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt -c constraints.txt
+	touch $@
+
+# Test venv only: modules the tests run on the controller reuse what an earlier task compiled, as on the lab nodes
+# (lab/image/dspark_lab_ansiballz_cache.py says why).
+$(VENV)/.ansiballz-cache: $(VENV)/.installed lab/image/dspark_lab_ansiballz_cache.py lab/image/install_ansiballz_cache.sh
+	bash lab/image/install_ansiballz_cache.sh "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	touch $@
 
 # The system packages each entry point needs (Debian names), installed as root when missing; silent when present.

@@ -224,7 +224,8 @@ build_image() {
 # The base image, then the serving image made from that very base build (its recipe names the base's).
 ensure_image() {
   local base serving
-  base=$(cat "$LAB_DIR/image/build.sh" "$LAB_DIR/image/packages.txt" | sha256sum | cut -c1-12)
+  base=$(cat "$LAB_DIR/image/build.sh" "$LAB_DIR/image/packages.txt" "$LAB_DIR/image/install_ansiballz_cache.sh" \
+    "$LAB_DIR/image/dspark_lab_ansiballz_cache.py" | sha256sum | cut -c1-12)
   build_image "$IMAGE" "$base" "$LAB_DIR/image/build.sh" "$IMAGE" "$STATE/cache"
   serving=$(cat "$LAB_DIR/image/serving.sh" "$LAB_DIR/image/packages-serving.txt" | sha256sum | cut -c1-6)
   build_image "$SERVING_IMAGE" "$base-$serving" "$LAB_DIR/image/serving.sh" "$IMAGE" "$SERVING_IMAGE"

@@ -92,6 +92,10 @@ for unit in getty.target console-getty.service systemd-networkd-wait-online.serv
   ln -sf /dev/null "$root/etc/systemd/system/$unit"
 done
 
+# Lab nodes only: Ansible modules reuse what an earlier task compiled (dspark_lab_ansiballz_cache.py says why).
+# Debian's python3 reads dist-packages whatever its minor version.
+bash "$here/install_ansiballz_cache.sh" "$root/usr/lib/python3/dist-packages"
+
 log "importing rootfs as $image"
 # container=docker tells systemd it runs in a container. (docker import here refuses STOPSIGNAL: lab.sh sets
 # --stop-signal SIGRTMIN+3 on the containers instead.)

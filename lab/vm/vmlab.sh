@@ -58,8 +58,9 @@ die() { printf 'vmlab: ERROR: %s\n' "$*" >&2; exit 1; }
 
 # Hash of everything that goes into the image, to tell a stale base image from a current one.
 recipe_hash() {
-  (cd "$VM_DIR" && find packages.txt customize.sh rootfs -type f -print0 | sort -z | xargs -0 sha256sum) |
-    sha256sum | cut -c1-12
+  { (cd "$VM_DIR" && find packages.txt customize.sh rootfs -type f -print0 | sort -z | xargs -0 sha256sum)
+    sha256sum "$VM_DIR/../image/install_ansiballz_cache.sh" "$VM_DIR/../image/dspark_lab_ansiballz_cache.py" |
+      sed "s|$VM_DIR/../||"; } | sha256sum | cut -c1-12
 }
 
 ensure_host_packages() {
@@ -122,6 +123,8 @@ cmd_build() {
     { tail -n 20 "$STATE/debootstrap.log" >&2; die "debootstrap failed (see $STATE/debootstrap.log)"; }
   log "customising the rootfs"
   cp -a "$VM_DIR/rootfs/." "$rootfs/"
+  # Lab nodes only: modules reuse what an earlier task compiled (lab/image/dspark_lab_ansiballz_cache.py says why).
+  bash "$VM_DIR/../image/install_ansiballz_cache.sh" "$rootfs/usr/lib/python3/dist-packages"
   # systemctl in the chroot wants /proc.
   mount -t proc proc "$rootfs/proc"
   trap 'umount "$rootfs/proc" 2>/dev/null || true' EXIT

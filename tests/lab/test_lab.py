@@ -91,6 +91,14 @@ def test_passwordless_sudo(node):
 
 
 @pytest.mark.parametrize("node", NODES)
+def test_python_loads_the_labs_module_bytecode_cache(node):
+    """Lab nodes only (lab/image/dspark_lab_ansiballz_cache.py): every python3 start wraps zipimport's compile."""
+    probe = ("import sys, zipimport; "
+             "print(zipimport._compile_source.__module__ if 'dspark_lab_ansiballz_cache' in sys.modules else '')")
+    assert ssh(node, f'python3 -c "{probe}"').stdout.strip() == "dspark_lab_ansiballz_cache"
+
+
+@pytest.mark.parametrize("node", NODES)
 def test_systemd_is_running(node):
     state = ssh(node, "systemctl is-system-running", check=False).stdout.strip()
     assert state == "running", ssh(node, "systemctl --failed --no-legend", check=False).stdout
