@@ -63,6 +63,19 @@ FLEET_NUMBERS = [("groups", "fleet.groups"), ("nodes", "fleet.nodes"),
                  ("controller memory peak per group (MiB)", "reprovision.groups.*.controller_memory_peak_mib")]
 
 BENCHMARKS = {
+    "ansiballz_cache.json": {
+        "title": "The labs' module bytecode cache",
+        "script": "bench/bench_ansiballz_cache.py",
+        "measures": "A no-op `site.yml` on the converged lab pair, alternately with the labs' module bytecode cache "
+                    "(lab nodes and test venv only, never a real node: docs/design-lab.md) and without it: the "
+                    "machine's CPU (controller, nodes, their sshd and dockerd) and wall time.",
+        "numbers": [("machine CPU with the cache (s)", "with_cache.machine_cpu_s"),
+                    ("machine CPU without it (s)", "without_cache.machine_cpu_s"),
+                    ("ratio", "machine_cpu_ratio"),
+                    ("wall with the cache (s)", "with_cache.wall_s"), ("wall without it (s)", "without_cache.wall_s"),
+                    ("machine CPU of each run with the cache (s)", "with_cache.machine_cpu_s_each"),
+                    ("machine CPU of each run without it (s)", "without_cache.machine_cpu_s_each")],
+    },
     "site_noop.json": {
         "title": "No-op re-run of site.yml",
         "script": "bench/bench_site_noop.py",
