@@ -25,6 +25,9 @@ from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_model
 
 DEFAULT_MODEL = "deepseek-v4-flash"
 DEFAULT_API_PORT = 8888
+# The heads' edge answers a router 425 (Too Early) while its engine does not listen: the request reached no engine, so
+# the router retries it on another group. vLLM never answers 425, HAProxy only for TLS early data (not taken there).
+EDGE_RETRY_STATUS = 425
 
 # An allowed path: one or more segments of letters, digits and _ . -, no segment of dots only (so no `..`), no `%`,
 # no `//`, no white space or quotes: safe to write into haproxy.cfg, and the request must equal it byte for byte.
@@ -310,8 +313,13 @@ def haproxy(settings, router_plan):
             "# empty-response, junk-response, response-timeout or 5xx: in those cases the request was sent and the",
             "# group may have started (or finished) generating it, and a completion must never run twice.",
             "# A retry goes to another server (redispatch on every retry), so a group that just died costs no request.",
+            "# Also %d, the heads' edge's answer to a router while its engine does not listen (a group that just" % EDGE_RETRY_STATUS,
+            "# died or restarts): that request never reached an engine. A last %d (no group took it) is answered 503."
+            % EDGE_RETRY_STATUS,
+            "# A request body over tune.bufsize cannot be kept for a retry: it gets that 503 at once.",
             "retries %d" % _number(settings, "router_retries"),
-            "retry-on conn-failure",
+            "retry-on conn-failure %d" % EDGE_RETRY_STATUS,
+            "http-response set-status 503 if { status %d }" % EDGE_RETRY_STATUS,
             "option redispatch 1",
             "default-server check inter {i}s fastinter {f}s downinter {i}s fall {fall} rise {rise} observe layer4 error-limit 1 "
             "on-error fastinter".format(i=_number(settings, "router_health_interval"),

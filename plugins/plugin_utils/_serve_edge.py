@@ -17,7 +17,9 @@ without a key (vllm#58144). The edge decides for every path, before anything rea
 - requests without a valid key are counted per source address, and over serve_edge_unauthenticated_rate per 10 s a
   source gets 429 (a guessing client, or a flood of junk keys);
 - while nothing listens on the engine's port, the edge's 503 carries ``X-Dspark-Edge: engine-unreachable``: the
-  readiness proof reads it as "not listening yet", never as vLLM's own 503 of a dead engine.
+  readiness proof reads it as "not listening yet", never as vLLM's own 503 of a dead engine. To the fleet's routers
+  the same answer is 425 (ROUTER_RETRY_STATUS): the one status the router retries on another group, because it means
+  the request never reached an engine (a group that just died costs no request; docs/design-router-edge.md).
 
 Pure Python, no Ansible imports.
 """
@@ -35,6 +37,8 @@ UNIT = "dspark-edge.service"
 # The readiness probe (module_utils/tp_api_probe.py) reads this header on a 503 as "the engine does not listen".
 UNREACHABLE_HEADER = "X-Dspark-Edge"
 UNREACHABLE_VALUE = "engine-unreachable"
+# What the routers get instead of the marked 503 (the router's side: _router_plan.EDGE_RETRY_STATUS).
+ROUTER_RETRY_STATUS = _router_plan.EDGE_RETRY_STATUS
 # vLLM 0.32's AuthenticationMiddleware: scheme, _, key = header.partition(' '); scheme.lower() == 'bearer'.
 SCHEME_ACL = 'req.fhdr(authorization) -m beg -i "bearer "'
 KEY_SAMPLE = "req.fhdr(authorization),regsub(^bearer\\ ,,i),sha2(256),hex,lower"
@@ -137,7 +141,9 @@ def plan(settings):
     for var in ("keys_path", "config_path"):
         if not _router_plan.FILE_RE.match(str(settings[var])):
             problems.append("the edge's %s %r is not a plain absolute path" % (var, settings[var]))
-    sources = _sources([("loopback", s) for s in LOOPBACK] + list(settings["trusted"] or []), problems)
+    trusted = list(settings["trusted"] or [])
+    sources = _sources([("loopback", s) for s in LOOPBACK] + trusted, problems)
+    routers = _sources([t for t in trusted if str(t[0]).startswith("dspark_router ")], [])
     keys = [str(k) for k in settings["keys"] or []]
     numbers = {}
     for name in _NUMBERS:
@@ -165,6 +171,14 @@ def plan(settings):
         "# The routers' health checks and the monitor's scrape: no key, from their addresses only.",
         "http-request allow if dspark_probe_path METH_GET dspark_trusted",
     ]
+    if routers:
+        frontend += [
+            "# To a router, the engine unreachable is %d, which it retries on another group: nothing reached an engine."
+            % ROUTER_RETRY_STATUS,
+            "acl dspark_router src %s" % " ".join(routers),
+            "http-after-response set-status %d if { status 503 } { res.hdr(%s) -m str %s } dspark_router"
+            % (ROUTER_RETRY_STATUS, UNREACHABLE_HEADER, UNREACHABLE_VALUE),
+        ]
     if guarded:
         frontend += [
             "# A valid key: the scheme `bearer` in any case and one space (as vLLM splits it), the rest hashed and",
@@ -213,9 +227,10 @@ def plan(settings):
         ]),
         ("frontend dspark_edge", frontend),
         ("backend dspark_engine", [
-            "# vLLM on loopback only. A request that cannot connect is retried twice, then answered 503 with the",
-            "# header the readiness proof reads as `not listening`; the engine's own 503 (a dead engine) has none.",
-            "retries 2",
+            "# vLLM on loopback only. A request that cannot connect is answered 503 at once (no retry: HAProxy waits a",
+            "# second before each, and the routers' checks would time out instead of reading the 503), with the header",
+            "# the readiness proof reads as `not listening`; the engine's own 503 (a dead engine) has none.",
+            "retries 0",
             "http-error %s hdr %s %s" % (_answer(503), UNREACHABLE_HEADER, UNREACHABLE_VALUE),
             "server engine 127.0.0.1:%d" % engine_port,
         ]),

@@ -117,7 +117,6 @@ def test_a_checkpoint_changed_after_its_verification_is_refused_at_the_next_star
     assert ok, text
 
 
-@pytest.mark.lab_extended  # CI time: docs/design-lab.md
 def test_plain_playbook_failure_stays_in_its_group(tmp_path):
     """Plain ansible-playbook over the whole fleet: trio_c fails to start, the other group is not touched."""
     before = ids(("pair_b",))
@@ -137,7 +136,6 @@ def test_plain_playbook_failure_stays_in_its_group(tmp_path):
     assert rc == 0, out[-4000:]
 
 
-@pytest.mark.lab_extended  # CI time: docs/design-lab.md
 def test_plan_changes_nothing(tmp_path):
     before = ids(("pair_b",))
     rc, out = fleet("plan", "-i", INVENTORY, "--groups", "pair_b", "--plain", "--artifacts", tmp_path)

@@ -378,7 +378,6 @@ def test_rolling_reprovision_loses_no_request(all_back, tmp_path, fleet_state):
     print(json.dumps({"summary": summary, "out_of_rotation_s": out_of_rotation}, indent=1))
 
 
-@pytest.mark.lab_extended  # CI time: docs/design-lab.md (session 23)
 def test_an_image_that_never_becomes_ready_is_rolled_back_and_the_roll_stops(all_back, tmp_path, fleet_state):
     """#29 item 6 on the fleet lab: a roll to a new image tag whose workers never join (the SIMULATOR's
     DSPARK_SIM_NEVER_JOIN, tied to the tag by a template: every tag names the one simulator image here) fails pair_b's
@@ -455,7 +454,6 @@ def roll_pair_b(tmp_path, fleet_state, on_timeout, *extra):
     return rc, out, fleetlab.report(tmp_path / on_timeout / "report.json")["groups"]["pair_b"]["rotation"]
 
 
-@pytest.mark.lab_extended  # CI time: docs/design-lab.md (session 23)
 def test_a_generation_longer_than_the_drain_bound_ends_as_the_options_say(all_back, tmp_path, fleet_state):
     """#29 item 7: a long generation on each group (60000 tokens, about 50 min: it never ends by itself during the
     test; 6000, 5 min, ended before a loaded CI machine's second roll reached its restart; leastconn puts one on each
@@ -500,7 +498,6 @@ def test_a_generation_longer_than_the_drain_bound_ends_as_the_options_say(all_ba
 
 # --------------------------------------------------------------------------- Test B: a group killed outright
 
-@pytest.mark.lab_extended  # CI time: docs/design-lab.md
 def test_killed_group_is_taken_out_by_the_health_check(all_back):
     victim = "pair_b"
     head = lab.heads()[victim]
@@ -531,7 +528,8 @@ def test_killed_group_is_taken_out_by_the_health_check(all_back):
     summary = loadclient.summarize(records)
     # Requests open on the victim when its process died are cut: no router can finish them, and they are not
     # retried (it may have generated part of them). The process dies somewhere between `docker stop` being issued
-    # and returning. Every request sent after that succeeds: the refused connections are retried on another group.
+    # and returning. Every request sent after that succeeds: the head's edge answers the router 425 while nothing
+    # listens behind it, and the router retries those on another group (tests/unit/playbooks/test_router_edge_retry.py).
     cut = [r for r in records if not r["ok"] and r["started"] < stopped_at]
     after = [r for r in records if r["started"] >= stopped_at]
     failed_after = [r for r in after if not r["ok"]]

@@ -99,7 +99,6 @@ def test_a_group_that_wedges_while_it_serves_is_restarted_as_a_unit(state):
     assert ok, text
 
 
-@pytest.mark.lab_extended  # CI time: docs/design-lab.md
 def test_a_rank_that_crashes_on_every_start_stops_at_the_cap(state, tmp_path):
     bad = faulty_inventory(tmp_path, WORKER, {"DSPARK_SIM_CRASH_AFTER": "2"})
     try:
@@ -126,7 +125,6 @@ def test_a_rank_that_crashes_on_every_start_stops_at_the_cap(state, tmp_path):
         restore(GROUP)
 
 
-@pytest.mark.lab_extended  # CI time: docs/design-lab.md
 def test_watch_leaves_a_group_alone_while_a_reprovision_holds_it(state, tmp_path):
     lock_file = state / "locks" / (GROUP + ".lock")
     # The fabric phase alone (a reprovision holds the lock the same way for every phase; in the container lab fabric

@@ -92,8 +92,9 @@ class Backend:
     """A head's API stand-in: records every request (method, path, headers by lower-case name: HAProxy sends them so);
     /health answers 200; a request with X-Test-Hold waits until released."""
 
-    def __init__(self):
+    def __init__(self, api_status=None):
         self.seen = []
+        self.api_status = api_status    # answered to every path but /health instead of 200 (e.g. a dead engine's 503)
         self.arrived = threading.Event()
         self.release = threading.Event()
         backend = self
@@ -115,6 +116,8 @@ class Backend:
                 data = b"" if self.path == "/health" else json.dumps({"object": "list", "data": []}).encode()
                 # A key with "refuse" in it is one the head does not know: its 401 (the router counts them per source).
                 status = 401 if "refuse" in (self.headers.get("Authorization") or "") else 200
+                if backend.api_status and self.path != "/health":
+                    status = backend.api_status
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
