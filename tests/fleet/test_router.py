@@ -365,7 +365,7 @@ def fleet_state(tmp_path_factory):
 
 def test_rolling_reprovision_loses_no_request(all_back, tmp_path, fleet_state):
     # --no-qualify: the qualification before each drain is proven by the unit tests of rolling_qualify (and by
-    # `make realtest-roll`, outside make test); here it would add a qualify run per group to the CI's longest lane.
+    # `make realtest`'s roll of the real group); here it would add a qualify run per group to the CI's longest lane.
     groups = lab.serving_groups()
     # The bound: RATE per second for at most 25 minutes; the load is stopped a few seconds after the roll.
     load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 1500), rate=RATE, api_key=lab.api_key())

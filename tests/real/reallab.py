@@ -41,8 +41,7 @@ def run(argv, timeout=1800, env=None):
 
 
 def playbook(name, *args, timeout=1800, env=None):
-    """A playbook on the real group only: `make realtest` converges real_pair alone (sim_pair and the router, there
-    for `make realtest-roll`, are left bare)."""
+    """A playbook on the real group only (sim_pair and the router are there for test_real_roll.py)."""
     return run([BIN / "ansible-playbook", "-i", INVENTORY, "--limit", GROUP, ROOT / name, *args], timeout=timeout,
                env=env)
 

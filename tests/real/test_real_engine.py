@@ -4,10 +4,10 @@ their fabric network, with two API keys and the firewall on. Not the simulator: 
 failures and answers.
 
 `make realtest` brings the lab up, converges real_pair twice with the newest ansible-core (the second run changed=0),
-runs these tests in file order (each leaves the group serving but the last, which stops it) and
-takes the lab down. By hand: `make lab-real site-real`, then
+then the whole lab, runs the other suites, then these tests in file order (each leaves the group serving but the last,
+which stops it) and takes the lab down. By hand: `make lab-real site-real`, then
 `DSPARK_LAB_REQUIRED=1 .venv/bin/pytest -q tests/real/test_real_engine.py`. The roll through the router is
-test_real_roll.py (`make realtest-roll`).
+test_real_roll.py.
 """
 
 import json

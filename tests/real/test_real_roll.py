@@ -1,7 +1,8 @@
 """A rolling reprovision of the REAL group through the lab's router under load (issue #24): the real-engine lab's
 whole inventory (real_pair, the simulated sim_pair beside it and the router spark-rrouter) converged, then
-`dspark-fleet reprovision --rolling --groups real_pair`. Not part of `make test` (the fleet lab's Test A proves the
-roll on the simulator there, and the qualification before the drain is unit-tested): `make realtest-roll`.
+`dspark-fleet reprovision --rolling --groups real_pair`, qualification before the drain included (the fleet lab's roll
+skips it). In `make realtest`, after the whole lab's converge and before test_real_engine.py (whose last test stops
+the group).
 """
 
 import json

@@ -11,6 +11,7 @@ For the test process only (unprivileged): `chroot`, `user` and `group` are dropp
 127.0.0.1 alone so that 127.0.0.2 plays an untrusted client (the role trusts all of 127/8).
 """
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -204,32 +205,6 @@ def test_an_engine_that_does_not_listen_gets_the_marked_503_and_its_own_503_pass
         proc.wait()
 
 
-def test_a_router_gets_425_for_the_unreachable_engine_and_everyone_else_503(tmp_path):
-    """The router retries 425 on another group (test_router_edge_retry.py); the proof on loopback and any other client
-    keep the marked 503."""
-    port, engine_port = free_port(), free_port()
-    values = settings(tmp_path, engine_port, port)
-    values["trusted"] = [("dspark_router host r", "127.0.0.3")]
-    proc = start(tmp_path, _serve_edge.plan(values))
-    try:
-        wait_listening(port)
-        for source, want in (("127.0.0.3", 425), ("127.0.0.1", 503), (fresh_source(), 503)):
-            status, headers, dummy = ask(port, "/v1/chat/completions", "POST", "Bearer " + KEY, source=source)
-            assert status == want and headers.get("x-dspark-edge") == "engine-unreachable", (source, status, headers)
-        dead = ThreadingHTTPServer(("127.0.0.1", engine_port), DeadEngine)
-        threading.Thread(target=dead.serve_forever, daemon=True).start()
-        try:
-            # The engine's own 503 (it answered: it may have generated) reaches the router as it is.
-            status, headers, dummy = ask(port, "/v1/models", "GET", "Bearer " + KEY, source="127.0.0.3")
-            assert status == 503 and "x-dspark-edge" not in headers, headers
-        finally:
-            dead.shutdown()
-            dead.server_close()
-    finally:
-        proc.kill()
-        proc.wait()
-
-
 class DeadEngine(BaseHTTPRequestHandler):
     """vLLM once its engine core died: /health answers 503 (no edge header)."""
     protocol_version = "HTTP/1.1"
@@ -243,6 +218,18 @@ class DeadEngine(BaseHTTPRequestHandler):
         self.end_headers()
 
 
+@contextlib.contextmanager
+def dead_engine(port):
+    """A DeadEngine listening on the engine's port for the block."""
+    dead = ThreadingHTTPServer(("127.0.0.1", port), DeadEngine)
+    threading.Thread(target=dead.serve_forever, daemon=True).start()
+    try:
+        yield
+    finally:
+        dead.shutdown()
+        dead.server_close()
+
+
 def test_the_readiness_probe_reads_the_edges_503_as_not_listening_and_the_engines_as_a_dead_engine(tmp_path):
     port, engine_port = free_port(), free_port()
     proc = start(tmp_path, _serve_edge.plan(settings(tmp_path, engine_port, port)))
@@ -251,14 +238,30 @@ def test_the_readiness_probe_reads_the_edges_503_as_not_listening_and_the_engine
         base = "http://127.0.0.1:%d" % port
         nothing = tp_api_probe.call(tp_api_probe.build_opener(), base, "GET", "/health", None, 5)
         assert nothing["status"] is None and "does not listen" in nothing["error"], nothing
-        dead = ThreadingHTTPServer(("127.0.0.1", engine_port), DeadEngine)
-        threading.Thread(target=dead.serve_forever, daemon=True).start()
-        try:
+        with dead_engine(engine_port):
             answer = tp_api_probe.call(tp_api_probe.build_opener(), base, "GET", "/health", None, 5)
             assert answer["status"] == 503 and answer["error"] is None, answer
-        finally:
-            dead.shutdown()
-            dead.server_close()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_router_gets_425_for_the_unreachable_engine_and_everyone_else_503(tmp_path):
+    """The router retries 425 on another group (test_router_edge_retry.py); the proof on loopback and any other client
+    keep the marked 503."""
+    port, engine_port = free_port(), free_port()
+    values = settings(tmp_path, engine_port, port)
+    values["trusted"] = [("dspark_router host r", "127.0.0.3")]
+    proc = start(tmp_path, _serve_edge.plan(values))
+    try:
+        wait_listening(port)
+        for source, want in (("127.0.0.3", 425), ("127.0.0.1", 503), (fresh_source(), 503)):
+            status, headers, dummy = ask(port, "/v1/chat/completions", "POST", "Bearer " + KEY, source=source)
+            assert status == want and headers.get("x-dspark-edge") == "engine-unreachable", (source, status, headers)
+        with dead_engine(engine_port):
+            # The engine's own 503 (it answered: it may have generated) reaches the router as it is.
+            status, headers, dummy = ask(port, "/v1/models", "GET", "Bearer " + KEY, source="127.0.0.3")
+            assert status == 503 and "x-dspark-edge" not in headers, headers
     finally:
         proc.kill()
         proc.wait()
