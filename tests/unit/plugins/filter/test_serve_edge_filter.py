@@ -30,3 +30,15 @@ def test_a_missing_variable_is_named():
     settings = {k: v for k, v in SETTINGS.items() if k not in ("serve_edge_maxconn", "serve_host")}
     with pytest.raises(AnsibleFilterError, match="serve_host, serve_edge_maxconn not given"):
         serve_edge(settings)
+
+
+def test_only_the_routers_get_the_retry_status():
+    """425 for the engine unreachable goes to the routers' addresses alone (they retry it on another group); the
+    monitors, the trusted CIDRs and the proof on loopback keep the marked 503."""
+    plan = serve_edge(SETTINGS, [{"inventory_hostname": "r", "dspark_mgmt_address": "10.1.0.5"}],
+                      [{"inventory_hostname": "m", "dspark_mgmt_address": "10.1.0.6"}])
+    assert "    acl dspark_router src 10.1.0.5/32\n" in plan["config"]
+    assert ("http-after-response set-status 425 if { status 503 } { res.hdr(X-Dspark-Edge) -m str engine-unreachable }"
+            " dspark_router") in plan["config"]
+    alone = serve_edge(SETTINGS, [], [{"inventory_hostname": "m", "dspark_mgmt_address": "10.1.0.6"}])
+    assert alone["problems"] == [] and "dspark_router" not in alone["config"] and "425" not in alone["config"]
