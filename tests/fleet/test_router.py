@@ -502,8 +502,8 @@ def test_a_generation_longer_than_the_drain_bound_ends_as_the_options_say(all_ba
 # --------------------------------------------------------------------------- Test B: a group killed outright
 
 # Out of make test until its open problem is fixed (STATE.md, Open): under CPU load, 1-5 requests sent in the 2 s
-# before the health check takes the group out still fail with the edge's 503 (the router's log: the 425 came back and
-# was not retried); on a quiet machine none does. `make fleettest-all` runs it.
+# before the health check takes the group out still fail with the edge's 503 (the router's log shows no retry for
+# them); on a quiet machine none does. `make fleettest-all` runs it.
 @pytest.mark.lab_extended
 def test_killed_group_is_taken_out_by_the_health_check(all_back):
     victim = "pair_b"
