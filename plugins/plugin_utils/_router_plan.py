@@ -317,8 +317,8 @@ def haproxy(settings, router_plan):
             "# died or restarts): that request never reached an engine. A last %d (no group took it) is answered 503."
             % EDGE_RETRY_STATUS,
             "# A request body over tune.bufsize cannot be kept for a retry: it gets that 503 at once.",
-            "# HAProxy retries on a status only a request it had whole before sending it: the body is waited for (up",
-            "# to the buffer) before a group is picked, or a request whose body came late was sent on unretried.",
+            "# HAProxy keeps its retries on a status only for a request it had whole before it began sending it, so",
+            "# the body is waited for (up to the buffer) before a group is picked.",
             "option http-buffer-request",
             "retries %d" % _number(settings, "router_retries"),
             "retry-on conn-failure %d" % EDGE_RETRY_STATUS,
