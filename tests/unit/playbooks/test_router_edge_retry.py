@@ -11,14 +11,12 @@ Same test-process changes as test_router_haproxy.py and test_serve_edge_haproxy.
 stdout); the edges trust 127.0.0.1 as their router, where the router's connections come from.
 """
 
-import subprocess
 import time
 
 import pytest
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_edge
-from test_router_haproxy import (HAPROXY, Backend, for_the_test_process, free_port, render, request, role_defaults,
-                                 server_state)
+from test_router_haproxy import HAPROXY, Backend, free_port, request, server_state, start_router
 from test_serve_edge_haproxy import settings as edge_settings
 from test_serve_edge_haproxy import start as start_edge
 from test_serve_edge_haproxy import wait_listening
@@ -45,17 +43,11 @@ def edge(work, engine_port):
 
 def router(work, servers):
     """The router over `servers` (name, port): health checks that never take a group out within a test (fall 100),
-    so that a request meets a dead group as it does before its check fails. Yields (port, admin socket, log)."""
-    port = free_port()
-    values = role_defaults(router_port=port, router_bind_address="127.0.0.1", router_admin_socket=str(work / "admin.sock"),
-                           router_state_file=str(work / "server-state"), router_health_interval=1,
-                           router_health_fast_interval=1, router_health_fall=100, router_health_rise=1,
-                           router_hard_stop_after=5, router_metrics_port=0)
-    config = for_the_test_process(render(values, [{"name": name, "head": name, "address": "127.0.0.1", "port": p}
-                                                  for name, p in servers]), log=True)
-    (work / "haproxy.cfg").write_text(config)
-    log = open(work / "haproxy.log", "w", encoding="utf-8")  # pylint: disable=consider-using-with
-    proc = subprocess.Popen([HAPROXY, "-f", str(work / "haproxy.cfg"), "-db"], stdout=log, stderr=subprocess.STDOUT)
+    so that a request meets a dead group as it does before its check fails. (port, settings, process, log)."""
+    port, values, proc, log, dummy = start_router(
+        work, [{"name": name, "head": name, "address": "127.0.0.1", "port": p} for name, p in servers],
+        router_health_interval=1, router_health_fast_interval=1, router_health_fall=100, router_health_rise=1,
+        router_hard_stop_after=5, router_metrics_port=0)
     wait_listening(port)
     return port, values, proc, log
 
@@ -75,10 +67,10 @@ def stack(tmp_path):
     procs, logs = [], []
 
     def make(*heads):
-        """heads: (name, backend or None): an edge per head, a Backend behind it or nothing listening."""
+        """heads: (name, Backend): an edge per head, in front of its Backend."""
         servers = []
         for name, backend in heads:
-            port, proc = edge(tmp_path / name, backend.port if backend else free_port())
+            port, proc = edge(tmp_path / name, backend.port)
             procs.append(proc)
             servers.append((name, port))
         (tmp_path / "router").mkdir()

@@ -228,21 +228,28 @@ def tls_router(tmp_path_factory):
                           router_metrics_port=0)
 
 
-def run_router(work, **overrides):
-    backend = Backend()
+def start_router(work, servers, **overrides):
+    """HAProxy on the role's configuration over `servers` (the plan's server dicts), changed only as
+    for_the_test_process says, the admin socket and state file under `work`: (port, settings, process, log, config)."""
     port = free_port()
     settings = role_defaults(router_port=port, router_bind_address="127.0.0.1",
-                             router_admin_socket=str(work / "admin.sock"), router_state_file=str(work / "server-state"),
-                             router_key_rate_limit=RATE, router_key_concurrency_limit=CONCURRENCY,
-                             router_max_body_bytes=BODY, router_health_interval=1, router_health_fast_interval=1,
-                             router_health_rise=1, router_hard_stop_after=5, router_metrics_port=free_port(),
-                             router_unauthenticated_rate=UNAUTHENTICATED)
+                             router_admin_socket=str(work / "admin.sock"), router_state_file=str(work / "server-state"))
     settings.update(overrides)
-    config = for_the_test_process(render(settings, [{"name": "pair_a", "head": "a0", "address": "127.0.0.1",
-                                                     "port": backend.port}]), log=True)
+    config = for_the_test_process(render(settings, servers), log=True)
     (work / "haproxy.cfg").write_text(config)
-    log = open(work / "haproxy.log", "w", encoding="utf-8")
+    log = open(work / "haproxy.log", "w", encoding="utf-8")  # pylint: disable=consider-using-with
     proc = subprocess.Popen([HAPROXY, "-f", str(work / "haproxy.cfg"), "-db"], stdout=log, stderr=subprocess.STDOUT)
+    return port, settings, proc, log, config
+
+
+def run_router(work, **overrides):
+    backend = Backend()
+    limits = dict(router_key_rate_limit=RATE, router_key_concurrency_limit=CONCURRENCY, router_max_body_bytes=BODY,
+                  router_health_interval=1, router_health_fast_interval=1, router_health_rise=1,
+                  router_hard_stop_after=5, router_metrics_port=free_port(), router_unauthenticated_rate=UNAUTHENTICATED)
+    limits.update(overrides)
+    port, settings, proc, log, config = start_router(
+        work, [{"name": "pair_a", "head": "a0", "address": "127.0.0.1", "port": backend.port}], **limits)
     try:
         deadline = time.monotonic() + 10
         state = None
