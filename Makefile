@@ -8,7 +8,7 @@ SCENARIOS := $(filter default,$(ALL_SCENARIOS)) $(filter-out default,$(ALL_SCENA
 MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
 # The stages of `make test`: each a target of this Makefile, run through tests/ci/stage.sh, in three lanes that run
 # beside each other (tests/ci/lanes.sh), each a lab's long stage first: the fleet lab; the pair lab (its checks, the
-# scenarios but vmlab and docker_runtime), then the unit tests that run playbooks; the VM lab, then the execution
+# scenarios but vmlab), then the unit tests that run playbooks; the VM lab, then the execution
 # environment (built, checked, and run by realtest) and the real-engine lab (converged on the newest ansible-core).
 # The stages that need no lab (the other unit tests, the plugins' on the newest core, sanity and lint on both cores,
 # the build) are a pool, longest first: each lane takes the next one when it is done, so the lanes end together.
@@ -17,10 +17,8 @@ MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
 # 90 minutes on the 2-core CI machine: docs/design-lab.md (CI time).
 # `setup` runs first, alone: what the lanes share (the newest ansible-core's venv, the node and simulator images).
 VM_STAGES := $(filter molecule-vmlab,$(MOLECULE_STAGES))
-# Molecule's docker_runtime scenario (the engine installed on bare nodes, its refusals and repairs, the registry pull
-# by digest) is not a stage (CI time: 823 s of the pair lane in session 29's clean clone; every lab converge runs the
-# role on nodes that have Docker): run it by hand, `make molecule-docker_runtime`.
-CI_SCENARIOS := $(filter-out molecule-docker_runtime $(VM_STAGES),$(MOLECULE_STAGES))
+# The container lab's scenarios share the pair lab's container names: they run one after the other in the pair lane.
+CI_SCENARIOS := $(filter-out $(VM_STAGES),$(MOLECULE_STAGES))
 LANE_FLEET := fleettest
 LANE_PAIR := labtest $(CI_SCENARIOS) unit-playbooks
 LANE_VM := $(VM_STAGES) ee realtest
