@@ -207,7 +207,12 @@ class ActionModule(ActionBase):
                  + tp_diagnosis.restart_diagnoses(plan, observations, state["baselines"], assessment))
         return observations, assessment, extra
 
-    def _judge_api(self, plan, args, state, head_obs):
+    def _judge_api(self, plan, args, state, head_obs, assessment):
+        if not tp_diagnosis.probe_due(plan, assessment, state["rounds_since_probe"]):
+            # Not probed this round: the last probe's judgement stands (its failure, if any, was judged then).
+            state["rounds_since_probe"] += 1
+            return state["judgement"]
+        state["rounds_since_probe"] = 0
         probe = self._probe(plan, args, state, head_obs)
         judgement = tp_api.judge_probe(probe, args["served_model_name"], plan["head"], args["api_port"],
                                        args["generation_timeout"])
@@ -217,12 +222,13 @@ class ActionModule(ActionBase):
         judgement = tp_api.merge_generation(judgement, state["generation"])
         if state["probe_failures"] >= tp_diagnosis.UNREACHABLE_ROUNDS and not judgement["failure"]:
             judgement["failure"] = tp_api.probe_broken_diagnosis(plan, judgement)
+        state["judgement"] = judgement
         return judgement
 
     def _poll(self, plan, args):
         start = time.monotonic()
         state = {"buffers": {}, "seen_ids": {}, "baselines": {}, "streaks": {}, "generation": None,
-                 "probe_failures": 0}
+                 "probe_failures": 0, "rounds_since_probe": None, "judgement": None}
         settle = 0
         last_note = None
         no_probe = tp_api.judge_probe(None, args["served_model_name"], plan["head"], args["api_port"],
@@ -232,7 +238,7 @@ class ActionModule(ActionBase):
             judgement = no_probe
             verdict, diagnoses = tp_diagnosis.evaluate_round(plan, assessment, judgement, extra, settle)
             if verdict != "failed":
-                judgement = self._judge_api(plan, args, state, observations.get(plan["head"]))
+                judgement = self._judge_api(plan, args, state, observations.get(plan["head"]), assessment)
                 if judgement["failure"] and judgement["generation"] == "failed":
                     # The generation request may have waited a minute: judge the logs written meanwhile.
                     observations, assessment, extra = self._look(plan, args, state)

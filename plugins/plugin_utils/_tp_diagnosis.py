@@ -21,6 +21,10 @@ FIRST_FAILURE_KEYS = ('first_failure', 'consequence_of', 'exit_code', 'killed', 
 SETTLE_ROUNDS = 3
 # Consecutive rounds a node may be unreachable (or the probe broken) before failing.
 UNREACHABLE_ROUNDS = 3
+# Until every rank registered, the API is probed every this many rounds only: the probe is a module run on the head,
+# the costliest part of a round (about 0.3 CPU-s against 0.08 for a member's docker command, measured on the lab
+# pair), and before then the group cannot be ready (real vLLM: 41 of the 49 s to its API server).
+PROBE_EVERY_WHILE_STARTING = 5
 _FIX_RENDEZVOUS = ('Start every node with the same --nnodes, --master-addr (the head\'s fabric IP, reachable from every '
                    'node) and --master-port, a distinct --node-rank and --headless on ranks > 0; open the master port '
                    'on the head and check the fabric link; start all ranks within the distributed timeout.')
@@ -369,6 +373,14 @@ def success_message(plan, assessment, judgement, served_model_name, elapsed):
 def registration_complete(plan, assessment):
     return (not assessment.get('missing_ranks') and bool(assessment.get('init_method_consistent'))
             and assessment.get('world_size') == plan['world_size'])
+
+
+def probe_due(plan, assessment, rounds_since_probe):
+    """Whether this round probes the API: on the first round (rounds_since_probe None: a serving group is proven in one
+    round), every round once every rank registered (readiness is always judged on a fresh probe), and before that every
+    PROBE_EVERY_WHILE_STARTING rounds (a broken probe or an API answering too early is still seen)."""
+    return (rounds_since_probe is None or rounds_since_probe + 1 >= PROBE_EVERY_WHILE_STARTING
+            or registration_complete(plan, assessment))
 
 
 def _with_stall_evidence(failure, assessment):

@@ -328,7 +328,8 @@ def test_healthy_pair_is_ready_with_evidence(monkeypatch):
     assert result["msg"].startswith("TP group pair_a ready after 3.0 s: 2/2 ranks registered via " + INIT)
     # One generation request only, and every probe ran on the head.
     assert {h for _r, h, _p in cluster.probes} == {"a-head"}
-    assert [r for r, _h, p in cluster.probes if p["generate"]] == [0, 1, 2, 3]
+    # Round 1 is not probed: the head had not registered yet (the probe waits for the registrations after round 0).
+    assert [r for r, _h, p in cluster.probes if p["generate"]] == [0, 2, 3]
     assert cluster.chats == [3]
     assert result["containers"]["a-worker"]["state"] == "running"
 
@@ -370,7 +371,34 @@ def test_generation_is_not_repeated_while_the_logs_catch_up(monkeypatch):
     result = run(cluster, monkeypatch)
     assert not result.get("failed"), result["msg"]
     assert cluster.chats == [0] and result["elapsed"] == 2.0 and result["ready_at"] == EPOCH
-    assert [p["generate"] for _r, _h, p in cluster.probes] == [True, False, False]
+    # Round 1 (the worker's rank line not yet there) is not probed; round 2 lists the models again, no chat.
+    assert [(r, p["generate"]) for r, _h, p in cluster.probes] == [(0, True), (2, False)]
+
+
+def test_a_slow_start_probes_the_api_every_fifth_round_until_every_rank_registered(monkeypatch):
+    # Real vLLM spends most of its start before the rank lines (41 of 49 s): the API is probed in rounds 0, 5 and 10,
+    # then every round once both ranks registered (round 12), and the group is ready in the round its API answers.
+    containers = {"a-head": FakeContainer().at(0, head_lines(2, ready=False)).at(12, head_lines(2)[3:]),
+                  "a-worker": FakeContainer().at(0, worker_lines(1, 2, joined=False)).at(12, worker_lines(1, 2)[3:])}
+    cluster = FakeCluster(containers, FakeApi().at(14))
+    result = run(cluster, monkeypatch)
+    assert not result.get("failed"), result["msg"]
+    assert [r for r, _h, _p in cluster.probes] == [0, 5, 10, 12, 13, 14]
+    assert cluster.chats == [14] and result["elapsed"] == 14.0
+    # Every member's container was still looked at in every round.
+    assert len(cluster.commands_on("a-worker", "docker inspect")) == 15
+
+
+def test_an_api_answering_before_the_ranks_registered_is_not_ready(monkeypatch):
+    # The API answers from round 0 (the probe sees it in rounds 0 and 5); ready only in round 6, when the worker's rank
+    # line arrives and a fresh probe of that round lists the model.
+    containers = {"a-head": FakeContainer().at(0, head_lines(2)),
+                  "a-worker": FakeContainer().at(0, worker_lines(1, 2, joined=False)).at(6, worker_lines(1, 2)[3:])}
+    cluster = FakeCluster(containers, FakeApi().at(0))
+    result = run(cluster, monkeypatch)
+    assert not result.get("failed"), result["msg"]
+    assert [r for r, _h, _p in cluster.probes] == [0, 5, 6] and cluster.chats == [0]
+    assert result["elapsed"] == 6.0
 
 
 # --------------------------------------------------------------------------- failures

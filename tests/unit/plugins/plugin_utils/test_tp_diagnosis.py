@@ -115,3 +115,18 @@ def test_views():
     assert tp_diagnosis.registered_view(plan, result) == []
     diags = tp_diagnosis.public_diagnoses([dict(tp_diagnosis.timeout_diagnoses(plan, result, {}, 5)[0], extra=1)])
     assert sorted(diags[0]) == ['cause', 'code', 'evidence', 'fix', 'node', 'rank', 'severity']
+
+
+def test_the_api_is_probed_every_fifth_round_until_every_rank_registered():
+    plan = pair_plan()
+    waiting = assess(HEAD_WAIT, WORKER_WAIT)
+    assert not tp_diagnosis.registration_complete(plan, waiting)
+    every = tp_diagnosis.PROBE_EVERY_WHILE_STARTING
+    assert tp_diagnosis.probe_due(plan, waiting, None)          # the first round: a serving group in one round
+    assert [tp_diagnosis.probe_due(plan, waiting, n) for n in range(every)] == [False] * (every - 1) + [True]
+    joined = ('(Worker pid=287) INFO 11-29 18:40:33 [parallel_state.py:1711] rank 0 in world size 2 is assigned as DP '
+              'rank 0, PP rank 0, PCP rank 0, TP rank 0, EP rank 0, EPLB rank N/A\n')
+    registered = assess(HEAD_WAIT + joined, WORKER_WAIT + joined.replace('rank 0 in', 'rank 1 in')
+                        .replace('TP rank 0, EP rank 0', 'TP rank 1, EP rank 1').replace('pid=287', 'pid=94'))
+    assert tp_diagnosis.registration_complete(plan, registered)
+    assert all(tp_diagnosis.probe_due(plan, registered, n) for n in range(every))
