@@ -28,6 +28,8 @@ DEFAULT_API_PORT = 8888
 # The heads' edge answers a router 425 (Too Early) while its engine does not listen: the request reached no engine, so
 # the router retries it on another group. vLLM never answers 425, HAProxy only for TLS early data (not taken there).
 EDGE_RETRY_STATUS = 425
+# The peers section of several routers (plugin_utils._router_vrrp).
+PEERS_NAME = "dspark_routers"
 
 # An allowed path: one or more segments of letters, digits and _ . -, no segment of dots only (so no `..`), no `%`,
 # no `//`, no white space or quotes: safe to write into haproxy.cfg, and the request must equal it byte for byte.
@@ -260,6 +262,19 @@ def haproxy(settings, router_plan):
     port = _number(settings, "router_port")
     stats_port = _number(settings, "router_stats_port")
     bind = settings["router_bind_address"]
+    # Several routers (plugin_utils._router_vrrp): the API on the service address only, present or not (transparent:
+    # a backup binds it before it holds it), and the limit tables copied between the routers.
+    ha = settings.get("ha") or {}
+    peers = list(ha.get("peers") or [])
+    for name, address, peer_port in peers:
+        if not (NAME_RE.match(str(name)) and CIDR_RE.match(str(address)) and isinstance(peer_port, int)):
+            raise ValueError("the peer %r at %r:%r cannot be written into haproxy.cfg safely" % (name, address, peer_port))
+    if ha.get("vip"):
+        bind, nonlocal_bind = ha["vip"], " transparent"
+    else:
+        nonlocal_bind = ""
+    table_peers = " peers %s" % PEERS_NAME if peers else ""
+    edge_lines = [line + table_peers if line.startswith("stick-table ") else line for line in edge(settings)]
     sections = {
         "global": [
             "log /dev/log local0",
@@ -276,7 +291,8 @@ def haproxy(settings, router_plan):
             "server-state-file %s" % settings["router_state_file"],
             "# A reload leaves the old process to finish its streams, for at most this long.",
             "hard-stop-after %ds" % _number(settings, "router_hard_stop_after"),
-        ] + (TLS_GLOBAL if tls else []),
+        ] + (["# This router's name among the peers that share the limit tables.",
+              "localpeer %s" % ha["localpeer"]] if peers else []) + (TLS_GLOBAL if tls else []),
         "defaults": [
             "log global",
             "mode http",
@@ -293,10 +309,11 @@ def haproxy(settings, router_plan):
             "timeout check %ds" % _number(settings, "router_health_timeout"),
             "load-server-state-from-file global",
         ],
-        "frontend": ([] if port <= 0 else ["bind %s:%d" % (bind, port)]) + ([
-            "bind %s:%d ssl crt %s alpn h2,http/1.1" % (bind, _number(settings, "router_tls_port"), settings["tls_pem"]),
+        "frontend": ([] if port <= 0 else ["bind %s:%d%s" % (bind, port, nonlocal_bind)]) + ([
+            "bind %s:%d ssl crt %s alpn h2,http/1.1%s" % (bind, _number(settings, "router_tls_port"), settings["tls_pem"],
+                                                          nonlocal_bind),
             "http-request set-header X-Forwarded-Proto https if { ssl_fc }",
-        ] if tls else []) + ["option forwardfor"] + edge(settings) + ([
+        ] if tls else []) + ["option forwardfor"] + edge_lines + ([
             "# Which serving group answered (the HAProxy server's name).",
             "http-response set-header %s %%[srv_name]" % settings["router_group_header"],
         ] if settings["router_group_header"] else []) + ["default_backend %s" % settings["router_backend_name"]],
@@ -331,7 +348,13 @@ def haproxy(settings, router_plan):
                                         rise=_number(settings, "router_health_rise")),
         ],
         "metrics": metrics(settings),
-        "sources": sources(settings),
+        "sources": [line + table_peers if line.lstrip().startswith("stick-table ") else line
+                    for line in sources(settings)],
+        "peers": [] if not peers else [
+            "",
+            "# The routers copy their limit tables to each other (the service address's holder takes the requests).",
+            "peers %s" % PEERS_NAME,
+        ] + ["    peer %s %s:%d" % (name, wrap(address), peer_port) for name, address, peer_port in peers],
         "stats": [] if stats_port <= 0 else [
             "",
             "# Read-only stats page, on loopback only.",

@@ -13,7 +13,7 @@ import ipaddress
 import json
 import re
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs, _router_plan
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs, _router_plan, _router_vrrp
 from ansible_collections.dspark.cluster.plugins.plugin_utils._rules_base import HIDDEN, ranges, rule
 
 _SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+\Z")
@@ -235,6 +235,23 @@ def _router_config_words(router):
             continue
         if not isinstance(value, str) or not pattern.match(value):
             out.append((var, value, "is not %s that can be written into haproxy.cfg safely" % what, fix))
+    return out
+
+
+ROUTER_VRRP = ("router_vip", "router_vrrp_interface", "router_vrrp_router_id", "router_vrrp_auth_pass",
+               "router_vrrp_advert_interval", "router_vrrp_priority", "router_peers_port", "router_bind_address")
+
+
+@rule("router.vrrp", list(ROUTER_VRRP))
+def _router_vrrp_rules(router):
+    """Several routers need one service address (router_vip, else each counts the per-key limits on its own): an IPv4
+    address with its prefix, in the network of every router's management address and nobody's own; a VRRP router id
+    1-255, a simple password of 1-8 characters, an advert interval 1-255, priorities 1-254 each its own, a peers port;
+    the API listens on the service address, so router_bind_address is left at its default."""
+    settings = dict((var, router[var]) for var in ROUTER_VRRP)
+    out = []
+    for var, value, problem, fix in _router_vrrp.problems(settings, router.host, router.groups, router.hostvars):
+        out.append((var, HIDDEN if var == "router_vrrp_auth_pass" and value else value, problem, fix))
     return out
 
 

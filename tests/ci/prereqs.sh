@@ -5,7 +5,7 @@
 #   lab   venv + the Docker engine and CLI (docker.io; docker-cli too where the distribution splits it out,
 #         e.g. Debian 13), debootstrap (the node image), OpenSSH client, rsync
 #   test  lab + git and shellcheck (sanity), make, QEMU (the vmlab scenario), nftables, HAProxy (the router's
-#         behaviour test, tests/unit/playbooks/test_router_haproxy.py), Prometheus and Alertmanager (promtool, amtool:
+#         behaviour test, tests/unit/playbooks/test_router_haproxy.py), keepalived (its configuration check), Prometheus and Alertmanager (promtool, amtool:
 #         the monitoring role's rule and configuration tests, tests/unit/monitoring)
 # Only commands are checked, so a provisioned machine does no apt work and this prints nothing. As root, the
 # missing packages are installed with apt-get; otherwise it stops with the exact command to run.
@@ -74,8 +74,9 @@ check() {
   need qemu-utils qemu-img
   # The serve firewall's unit tests apply rulesets in a user + network namespace (skipped without nft).
   need nftables nft
-  # The router's edge is tested against a real HAProxy (skipped without one).
+  # The router's edge is tested against a real HAProxy (skipped without one), its VRRP configuration by keepalived.
   need haproxy haproxy
+  need keepalived keepalived
   # The monitoring role's alert rules and configuration are tested with promtool (skipped without it).
   need prometheus promtool
   need prometheus-alertmanager amtool

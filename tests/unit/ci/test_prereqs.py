@@ -26,13 +26,14 @@ PROVIDES = {
     "qemu-utils": ["qemu-img"],
     "nftables": ["nft"],
     "haproxy": ["haproxy"],
+    "keepalived": ["keepalived"],
     "prometheus": ["promtool"],
     "prometheus-alertmanager": ["amtool"],
     "tcpdump": ["tcpdump"],
 }
 LAB = ["docker.io", "debootstrap", "openssh-client", "rsync"]
-TEST_ONLY = ["git", "shellcheck", "make", "qemu-system-x86", "qemu-utils", "nftables", "haproxy", "prometheus", "prometheus-alertmanager",
-             "tcpdump"]
+TEST_ONLY = ["git", "shellcheck", "make", "qemu-system-x86", "qemu-utils", "nftables", "haproxy", "keepalived", "prometheus",
+             "prometheus-alertmanager", "tcpdump"]
 APT_INSTALL = ["apt-get", "install", "-y", "-qq", "--no-install-recommends"]
 
 

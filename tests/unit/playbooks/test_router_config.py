@@ -7,7 +7,8 @@ with keys), and compares with fixtures/. One ansible-playbook run per case. The 
 role's vars of commit b831aa3, before the group model and the backend servers moved into Python (unchanged by that
 move); recorded again for issue #26 (the edge: allowed paths, per-key limits, body bound, a health check without a
 key; the whole configuration written by plugins/plugin_utils/_router_plan.py). Issue #41 added fleet_tls_plain (TLS
-with the plain port on: keys refused there); the other fixtures did not change. test_router_haproxy.py runs
+with the plain port on: keys refused there); the other fixtures did not change. Issue #42 added fleet_two_routers
+(and every fixture's keepalived value, null without router_vip). test_router_haproxy.py runs
 `haproxy -c` on them.
 
 `python tests/unit/playbooks/test_router_config.py record <roles dir>` records the fixtures from <roles dir>/router.
@@ -36,6 +37,8 @@ CASES = {
     # TLS with the plain port on as well (issue #41: keys refused there).
     "fleet_tls_plain": ["-i", FLEET_INVENTORY, "-e", json.dumps({"router_tls_certificate": "CERT", "router_tls_key": "KEY"})],
     "real": ["-i", "inventories/lab-real/hosts.yml"],
+    # Two routers behind one service address (issue #42): the API on that address only, peers, keepalived.
+    "fleet_two_routers": ["-i", "tests/unit/playbooks/inventories/lab-fleet-two-routers/hosts.yml"],
 }
 
 

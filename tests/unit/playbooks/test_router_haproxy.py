@@ -518,9 +518,10 @@ def test_no_key_is_logged(router):
     assert "sentinel" not in log and "Bearer" not in log
 
 
-@pytest.mark.parametrize("case", ["fleet", "real", "fleet_tls", "fleet_tls_plain"])
+@pytest.mark.parametrize("case", ["fleet", "real", "fleet_tls", "fleet_tls_plain", "fleet_two_routers"])
 def test_haproxy_accepts_the_production_configuration(case, tmp_path):
-    """The configurations test_router_config.py renders under real Ansible, as the role writes them."""
+    """The configurations test_router_config.py renders under real Ansible, as the role writes them (of two routers,
+    the first's: the API on the service address, peers)."""
     with open(os.path.join(FIXTURES, case + ".json"), encoding="utf-8") as handle:
         config = next(iter(json.load(handle).values()))["haproxy_cfg"]
     if "ssl crt " in config:

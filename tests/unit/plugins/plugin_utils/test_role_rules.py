@@ -190,6 +190,8 @@ BREAKS = {
                        "<not shown: secret> is set, but the router no longer uses it"),
     "router.allowed_paths": ({"r__router_allowed_paths": ["/v1/models", "/v1/models/../metrics"]}, "r", "router_allowed_paths",
                              "holds '/v1/models/../metrics', which is not a plain absolute path"),
+    "router.vrrp": ({"r__router_vip": "10.9.9.200"}, "r", "router_vip",
+                    "'10.9.9.200' is not an IPv4 address with its prefix length"),
     "router.limits": ({"r__router_key_rate_limit": -1}, "r", "router_key_rate_limit", "-1 is outside its range (at least 0)"),
     "router.config_words": ({"r__router_admin_socket": "/run/a.sock level admin\n  stats socket ipv4@0.0.0.0:1"}, "r",
                             "router_admin_socket", "is not an absolute path that can be written into haproxy.cfg safely"),
@@ -247,6 +249,15 @@ def test_the_valid_pair_with_a_router_passes():
      ["r: router_frontend_name='api x' is not a name that can be written",
       "r: router_bind_address='0.0.0.0:80 ssl' is not an address to bind to"]),
     ({"r__router_bind_address": "::", "r__router_state_file": "/var/lib/haproxy/state-2"}, []),
+    # One service address (issue #42): the secret is checked and never shown.
+    ({"r__dspark_mgmt_address": "10.9.9.201", "r__router_vip": "10.9.9.200/24", "r__router_vrrp_auth_pass": "s-1"}, []),
+    ({"r__dspark_mgmt_address": "10.9.9.201", "r__router_vip": "10.9.9.200/24",
+      "r__router_vrrp_auth_pass": "sentinel-too-long"},
+     ["r: router_vrrp_auth_pass=<not shown: secret> is not 1-8 characters"]),
+    ({"r__dspark_mgmt_address": "10.9.9.201", "r__router_vip": "10.9.8.200/24", "r__router_vrrp_auth_pass": "s-1",
+      "r__router_vrrp_router_id": 0},
+     ["r: router_vip='10.9.8.200/24' is not in the network of router r's management address 10.9.9.201",
+      "r: router_vrrp_router_id=0 is not a VRRP router id"]),
 ])
 def test_router_rules_in_preflight(overrides, lines):
     result = preflight(overrides)
