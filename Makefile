@@ -278,8 +278,9 @@ bundletest: venv
 # router and rolls every group through it, test_supervisor.py breaks groups. One suite: FLEET_SUITES=tests/fleet/test_router.py
 # test_bundle.py kills a rank and serves its group again, after the router's suites and before the supervisor's (which
 # start by serving a broken group again), so that the suites before it never meet a rank it killed.
+# test_router_failover.py moves the service address between the two routers and leaves it on spark-router.
 FLEET_SUITES ?= tests/fleet/test_fleet.py tests/fleet/test_monitoring.py tests/fleet/test_router.py \
-  tests/fleet/test_serve_edge.py tests/fleet/test_bundle.py tests/fleet/test_supervisor.py \
+  tests/fleet/test_router_failover.py tests/fleet/test_serve_edge.py tests/fleet/test_bundle.py tests/fleet/test_supervisor.py \
   tests/fleet/test_supervisor_service.py
 .PHONY: fleettest
 fleettest: prereqs-lab venv

@@ -30,9 +30,10 @@ from benchlib import stamp, write_result  # noqa: E402  pylint: disable=wrong-im
 
 LABS = {
     "fleet": {"result": "router_roll.json", "inventory": lab.INVENTORY, "url": lab.ROUTER_URL, "rate": "4",
-              "load": {}, "groups": None,
+              "load": {"allowed_networks": lab.LOAD_NETWORKS}, "groups": None,
               "lab": "SIMULATED fleet (inventories/lab-fleet): 2 groups (2+3 nodes; trio_c two simulated GPUs per "
-                     "node), simulator at 0.05 s per token (about 1 s per answer), router spark-router",
+                     "node), simulator at 0.05 s per token (about 1 s per answer), routers spark-router and spark-router2 behind "
+                     "one service address",
               "roll": "dspark-fleet reprovision --rolling (--max-unavailable 1), site.yml per group, restart forced"},
     "real": {"result": "real_engine_roll.json", "inventory": str(ROOT / "inventories" / "lab-real" / "hosts.yml"),
              "url": "http://127.0.0.1:18081", "rate": "1", "groups": "real_pair",

@@ -23,8 +23,9 @@ INTERFACE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}\Z")
 # Priorities when none is set: the first router of the inventory the highest (it takes the address first).
 FIRST_PRIORITY = 150
 PRIORITY_STEP = 10
-# The health of the local HAProxy, run by keepalived every second: the admin socket answers `show info` (a HAProxy that
-# runs but does not answer counts as dead; a stopped or killed one too, until systemd has it back).
+# This router's health, run by keepalived every second (roles/router/templates/dspark-router-check.j2): its HAProxy
+# answers on the runtime API and sees at least one serving group up. A router cut off from the heads (its checks all
+# failed) hands the address on instead of answering 503; with every group down no router holds it.
 CHECK_SCRIPT = "/usr/local/sbin/dspark-router-check"
 
 
@@ -194,9 +195,11 @@ def keepalived(settings, host, groups, hostvars, interface):
         "    track_script {",
         "        dspark_haproxy",
         "    }",
-        "    # Gratuitous ARP again after taking the address, for switches and clients that missed the first.",
+        "    # Gratuitous ARP again after taking the address, for switches and clients that missed the first; and when",
+        "    # a lower-priority router claimed it meanwhile (a partition healed), so that clients come back here.",
         "    garp_master_delay 1",
         "    garp_master_repeat 3",
+        "    garp_lower_prio_repeat 3",
         "}",
     ]
     for line in lines:

@@ -22,8 +22,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = str(ROOT / "inventories" / "lab-fleet" / "hosts.yml")
+# Two routers behind one service address (issue #42; group_vars/dspark_router.yml). spark-router, the first, takes the
+# address first: the tests that read one router's state read it there, and a test that moves the address puts it back.
 ROUTER = "spark-router"
-ROUTER_URL = "http://127.0.0.1:18080"
+ROUTERS = ("spark-router", "spark-router2")
+VIP = "10.232.0.200"
+PORT = 8080
+ROUTER_URL = "http://%s:%d" % (VIP, PORT)
+# The load client targets loopback only, unless a network is allowed: the lab's management network.
+LOAD_NETWORKS = ("10.232.0.0/24",)
 BACKEND = "dspark"
 SOCKET = "/run/haproxy/admin.sock"
 MODEL = "deepseek-v4-flash"
@@ -162,3 +169,79 @@ def fleet_problem():
         return ("not every serving group is in rotation at the router (out: %s): run playbooks/status.yml and "
                 "site.yml on the fleet lab, or router_enable.yml" % ", ".join(out))
     return None
+
+# --- the service address (issue #42) -------------------------------------------------------------------------------
+
+def in_router(name, command, timeout=60):
+    """A shell command inside router container `name`: (rc, stdout)."""
+    run = subprocess.run(["docker", "exec", name, "sh", "-c", command], capture_output=True, text=True, timeout=timeout,
+                         check=False)
+    return run.returncode, run.stdout
+
+
+def holders():
+    """The routers that hold the service address now."""
+    return [name for name in ROUTERS if " %s/" % VIP in in_router(name, "ip -o -4 addr show")[1]]
+
+
+def wait_holder(name, timeout=20):
+    """True once `name`, and only it, holds the service address."""
+    deadline = time.monotonic() + timeout
+    while holders() != [name]:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def partition(name):
+    """Drop every frame from or to router `name`'s management interface on this machine's bridges (nftables' bridge
+    family; run as root): its link is cut while the router runs on, as a dead switch port does."""
+    mac = in_router(name, "cat /sys/class/net/eth0/address")[1].strip()
+    rules = ["add table bridge dspark_test"]
+    for hook in ("input", "forward", "output"):
+        rules += ["add chain bridge dspark_test %s { type filter hook %s priority -300; policy accept; }" % (hook, hook),
+                  "add rule bridge dspark_test %s ether saddr %s drop" % (hook, mac),
+                  "add rule bridge dspark_test %s ether daddr %s drop" % (hook, mac)]
+    run = subprocess.run(["nft", "-f", "-"], input="\n".join(rules) + "\n", capture_output=True, text=True, timeout=30,
+                         check=False)
+    if run.returncode != 0:
+        raise RuntimeError("nft: %s" % run.stderr)
+
+
+def heal():
+    subprocess.run(["nft", "delete", "table", "bridge", "dspark_test"], capture_output=True, timeout=30, check=False)
+
+
+def restore_first_router(timeout=60):
+    """spark-router holds the service address again, spark-router2 is its backup (run without load: a move costs the
+    requests in flight). True when done."""
+    if holders() != [ROUTERS[0]]:
+        # spark-router's own check first (HAProxy answers, a group is up behind it: after a cut, once its health checks
+        # rose again), and keepalived's rise after it; then spark-router2 lets the address go.
+        deadline = time.monotonic() + timeout
+        while in_router(ROUTERS[0], "/usr/local/sbin/dspark-router-check")[0] != 0:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        time.sleep(3)
+        in_router(ROUTERS[1], "systemctl restart keepalived")
+    if not wait_holder(ROUTERS[0], timeout):
+        return False
+    deadline = time.monotonic() + timeout
+    while in_router(ROUTERS[1], "systemctl is-active keepalived")[1].strip() != "active":
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+# The ways the holder of the service address dies (tests/fleet/test_router_failover.py, bench/bench_router_failover.py):
+# name -> (break it, bring it back).
+FAILURES = {
+    "haproxy_killed": (lambda name: in_router(name, "pkill -9 -x haproxy"), lambda name: None),
+    "router_stopped": (lambda name: subprocess.run(["docker", "stop", "-t", "5", name], capture_output=True, timeout=60,
+                                                   check=False),
+                       lambda name: subprocess.run(["docker", "start", name], capture_output=True, timeout=60, check=False)),
+    "frames_dropped": (partition, lambda name: heal()),
+}

@@ -88,10 +88,12 @@ def test_role_is_idempotent_and_check_mode_changes_nothing():
     assert_ok(first, "router.yml")
     second = lab.playbook("router.yml")
     assert_ok(second, "router.yml (second run)")
-    assert second.changed(lab.ROUTER) == 0, second.tail()
+    assert all(second.changed(router) == 0 for router in lab.ROUTERS), second.tail()
     check = lab.playbook("router.yml", "--check", "--diff")
     assert_ok(check, "router.yml --check")
-    assert check.changed(lab.ROUTER) == 0, check.tail()
+    assert all(check.changed(router) == 0 for router in lab.ROUTERS), check.tail()
+    # keepalived's configuration holds the VRRP password: never shown, root's alone.
+    assert "lab-vrrp" not in first.out + second.out + check.out
 
 
 def test_config_holds_no_secret_and_the_socket_is_local():
@@ -105,9 +107,10 @@ def test_config_holds_no_secret_and_the_socket_is_local():
     assert out[2] == "valid"
     config = "\n".join(out[3:])
     assert "stats socket /run/haproxy/admin.sock mode 600 level admin" in config
-    # The API and HAProxy's exporter on loopback (router_metrics_port); no stats page or TCP admin listener.
+    # The API on the service address only (present or not: transparent), HAProxy's exporter on loopback
+    # (router_metrics_port); no stats page or TCP admin listener.
     binds = sorted(line.strip() for line in config.splitlines() if line.strip().startswith("bind "))
-    assert binds == ["bind 0.0.0.0:8080", "bind 127.0.0.1:8405"], binds
+    assert binds == ["bind %s:8080 transparent" % lab.VIP, "bind 127.0.0.1:8405"], binds
     assert "retry-on conn-failure" in config and "option redispatch 1" in config
     assert "timeout client 1800s" in config and "timeout server 1800s" in config
 
@@ -134,7 +137,7 @@ def test_the_health_check_sends_no_key_and_other_paths_stay_at_the_router():
 def call(method, path, headers, body=None, conn=None):
     """(status, headers, body) of one request to the router's published port; `conn` reuses a connection."""
     own = conn is None
-    conn = conn or http.client.HTTPConnection("127.0.0.1", 18080, timeout=30)
+    conn = conn or http.client.HTTPConnection(lab.VIP, lab.PORT, timeout=30)
     try:
         conn.request(method, path, body=body, headers=headers)
         resp = conn.getresponse()
@@ -275,11 +278,11 @@ def test_tls_from_certificate_and_key(tmp_path, all_back):
         assert key_marker not in run.out
         probe = subprocess.run(                                         # the key's header from stdin, not argv
             ["docker", "exec", "-i", lab.ROUTER, "sh", "-c",
-             "head -n1 > /tmp/h; stat -c '%a %U' /etc/haproxy/dspark-tls/router.pem /etc/haproxy/dspark-tls; "
-             "curl -sk --max-time 10 -H @/tmp/h https://127.0.0.1:8443/v1/models; echo; "
-             "curl -s --max-time 10 -H @/tmp/h -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/v1/models; echo; "
-             "curl -s --max-time 10 -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/v1/models; "
-             "rm -f /tmp/h"],
+             ("head -n1 > /tmp/h; stat -c '%a %U' /etc/haproxy/dspark-tls/router.pem /etc/haproxy/dspark-tls; "
+              "curl -sk --max-time 10 -H @/tmp/h https://VIP:8443/v1/models; echo; "
+              "curl -s --max-time 10 -H @/tmp/h -o /dev/null -w '%{http_code}' http://VIP:8080/v1/models; echo; "
+              "curl -s --max-time 10 -o /dev/null -w '%{http_code}' http://VIP:8080/v1/models; "
+              "rm -f /tmp/h").replace("VIP", lab.VIP)],
             input="Authorization: Bearer %s\n" % lab.api_key(), capture_output=True, text=True, timeout=60,
             check=False).stdout.splitlines()
         assert probe[0] == "600 root" and probe[1] == "700 root"
@@ -334,7 +337,7 @@ def test_refuses_to_drain_the_last_group_in_rotation(all_back):
 
 def test_drain_says_when_its_bound_is_hit(all_back):
     """A request whose body never finishes keeps a session open: the drain waits 2 s, then fails and says so."""
-    held = socket.create_connection(("127.0.0.1", 18080), timeout=10)
+    held = socket.create_connection((lab.VIP, lab.PORT), timeout=10)
     try:
         # More than the router's buffer (16 KiB, option http-buffer-request): it reaches a group before it is whole.
         held.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: router\r\nContent-Type: application/json\r\n"
@@ -369,7 +372,7 @@ def test_rolling_reprovision_loses_no_request(all_back, tmp_path, fleet_state):
     # `make realtest`'s roll of the real group); here it would add a qualify run per group to the CI's longest lane.
     groups = lab.serving_groups()
     # The bound: RATE per second for at most 25 minutes; the load is stopped a few seconds after the roll.
-    load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 1500), rate=RATE, api_key=lab.api_key())
+    load = loadclient.Load(lab.ROUTER_URL, allowed_networks=lab.LOAD_NETWORKS, count=int(RATE * 1500), rate=RATE, api_key=lab.api_key())
     (rc, out), records = rollcheck.under_load(load, lambda: fleetlab.fleet(
         "reprovision", "-i", lab.INVENTORY, "--rolling", "--no-qualify", "--plain", "--artifacts", tmp_path / "roll",
         "--state-dir", fleet_state, "-e", '{"serve_force_restart": true}'))
@@ -426,7 +429,7 @@ LONG_TOKENS = 60000
 def long_generation(stream, tokens_wanted):
     """One streamed completion of `tokens_wanted` tokens (ignore_eos; 0.05 s each in the lab) through the router,
     recorded as it goes in `stream` (conn, group, tokens received, complete)."""
-    conn = stream["conn"] = http.client.HTTPConnection("127.0.0.1", 18080, timeout=tokens_wanted * 0.05 + 120)
+    conn = stream["conn"] = http.client.HTTPConnection(lab.VIP, lab.PORT, timeout=tokens_wanted * 0.05 + 120)
     try:
         body = json.dumps({"model": lab.MODEL, "messages": [{"role": "user", "content": "a long answer"}],
                            "max_tokens": tokens_wanted, "ignore_eos": True, "stream": True})
@@ -505,7 +508,7 @@ def test_a_generation_longer_than_the_drain_bound_ends_as_the_options_say(all_ba
 def test_killed_group_is_taken_out_by_the_health_check(all_back):
     victim = "pair_b"
     head = lab.heads()[victim]
-    load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 600), rate=RATE, api_key=lab.api_key()).start()
+    load = loadclient.Load(lab.ROUTER_URL, allowed_networks=lab.LOAD_NETWORKS, count=int(RATE * 600), rate=RATE, api_key=lab.api_key()).start()
     try:
         time.sleep(5)
         killed_at = time.time()
@@ -563,7 +566,7 @@ def test_a_head_that_vanishes_from_the_network_is_taken_out_and_reported(all_bac
     victim = "pair_b"
     head = lab.heads()[victim]
     # A short client timeout: requests the head held when it vanished never end (the router cannot know).
-    load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 600), rate=RATE, api_key=lab.api_key(), timeout=15).start()
+    load = loadclient.Load(lab.ROUTER_URL, allowed_networks=lab.LOAD_NETWORKS, count=int(RATE * 600), rate=RATE, api_key=lab.api_key(), timeout=15).start()
     try:
         time.sleep(5)
         vanished_at = time.time()
