@@ -170,6 +170,7 @@ def fleet_problem():
                 "site.yml on the fleet lab, or router_enable.yml" % ", ".join(out))
     return None
 
+
 # --- the service address (issue #42) -------------------------------------------------------------------------------
 
 def in_router(name, command, timeout=60):
