@@ -32,9 +32,11 @@ from ansible_collections.dspark.cluster.plugins.plugin_utils import _monitoring_
 from fleetlab import GROUPS, HEADS, INVENTORY, ROOT, chat, docker, fleet, kill_rank, node, playbook, report, wait_for
 
 MONITOR = "spark-router"
+# The fleet lab's routers (both export node metrics; spark-router is the monitor: group dspark_monitor).
+ROUTERS = ["spark-router", "spark-router2"]
 PROMETHEUS = "http://127.0.0.1:9090"
 ALERTMANAGER = "http://127.0.0.1:9093"
-HOSTS = [h for members in GROUPS.values() for h in members] + [MONITOR]
+HOSTS = [h for members in GROUPS.values() for h in members] + ROUTERS
 # Panels without series in this lab, and why: no supervisor host in the lab's inventory (its journal feeds them), no
 # RDMA device in the lab's containers (the GID index is read from one).
 EMPTY_HERE = {
@@ -131,7 +133,8 @@ def test_every_target_is_up(monitoring):
     del monitoring
     for group in GROUPS:
         chat(group)
-    want = {("prometheus", "127.0.0.1:9090"), ("dspark_router", "127.0.0.1:8405")}
+    # The monitor's own router on loopback, the other router's exporter on its management address.
+    want = {("prometheus", "127.0.0.1:9090"), ("dspark_router", "127.0.0.1:8405"), ("dspark_router", "10.232.0.202:8405")}
     want |= {("dspark_vllm", "%s:8888" % address) for address in ("10.232.0.11", "10.232.0.13")}
 
     def all_up():
@@ -146,7 +149,7 @@ def test_every_target_is_up(monitoring):
     heads = {t["labels"]["dspark_group"]: t["labels"]["dspark_host"] for t in found if t["labels"]["job"] == "dspark_vllm"}
     assert heads == HEADS
     # The collector's own facts arrive through node_exporter: every rank's container running, each group serving.
-    assert {r["metric"]["dspark_host"] for r in query("dspark_serve_container_running == 1")} == set(HOSTS) - {MONITOR}
+    assert {r["metric"]["dspark_host"] for r in query("dspark_serve_container_running == 1")} == set(HOSTS) - set(ROUTERS)
     assert {r["metric"]["dspark_group"] for r in query("dspark_serve_api_healthy == 1")} == set(GROUPS)
     # Nothing of the monitor is reachable from the lab host: Prometheus and Alertmanager listen on its loopback.
     rc, out, err = node(MONITOR, "ss -Hltn")

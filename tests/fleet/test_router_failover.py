@@ -36,26 +36,29 @@ def active(name, unit):
 
 
 def under_load(break_it, seconds_before=4, seconds_after=8):
-    """Load through the service address; `break_it()` after `seconds_before`; returns (records, moment of the break)."""
+    """Load through the service address; `break_it()` after `seconds_before`; returns (records, the moment the break
+    was done: the router is dead by then)."""
     load = loadclient.Load(lab.ROUTER_URL, count=int(RATE * 600), rate=RATE, api_key=lab.api_key(), timeout=30,
                            allowed_networks=lab.LOAD_NETWORKS).start()
     try:
         time.sleep(seconds_before)
-        broken_at = time.time()
         break_it()
+        broken_at = time.time()
         time.sleep(seconds_after)
     finally:
         load.stop()
     return load.wait(120), broken_at
 
 
-def assert_only_in_flight_failed(records, broken_at, what):
-    """Every failed request was in flight when the router died: sent before it, not finished before it."""
+def assert_only_in_flight_failed(records, broken_at, what, grace=0.0):
+    """Every failed request was in flight when the router died (sent before its death), or sent within `grace`
+    seconds after it."""
     failed = [r for r in records if not r["ok"]]
-    late = [r for r in failed if r["started"] > broken_at]
+    late = [r for r in failed if r["started"] > broken_at + grace]
     assert not late, late[:5]
     assert len(records) > RATE * 10, len(records)
-    print("\n%s: %d requests, %d failed (in flight)" % (what, len(records), len(failed)))
+    within = ", or sent within %.1f s" % grace if grace else ""
+    print("\n%s: %d requests, %d failed (in flight%s)" % (what, len(records), len(failed), within))
 
 
 def test_one_router_holds_the_address_and_the_other_has_its_tables():
@@ -75,11 +78,13 @@ def test_one_router_holds_the_address_and_the_other_has_its_tables():
 
 def test_a_killed_haproxy_gives_the_address_away_and_comes_back_as_backup():
     """kill -9 of every HAProxy process: keepalived stops with it and the address moves; systemd restarts HAProxy, and
-    keepalived with it, as the backup (no preemption: the address stays where it went)."""
+    keepalived with it, as the backup (no preemption: the address stays where it went). Between HAProxy's death and
+    the address leaving (systemd stops keepalived, which hands it on) nothing listens on the port, and a connection
+    that arrives then is refused: the full suite once saw one, sent at the kill; within 1 s here."""
     kill, dummy = lab.FAILURES["haproxy_killed"]
     records, broken_at = under_load(lambda: kill("spark-router"))
     assert lab.holders() == ["spark-router2"]
-    assert_only_in_flight_failed(records, broken_at, "killed HAProxy")
+    assert_only_in_flight_failed(records, broken_at, "killed HAProxy", grace=1.0)
     assert wait_for(lambda: active("spark-router", "haproxy") == active("spark-router", "keepalived") == "active", 30,
                     0.5)
     time.sleep(3)

@@ -74,11 +74,12 @@ def test_fleet_lab(fleet):
         "spark-c0-fabric:192.168.103.1,spark-c1-fabric:192.168.103.2,spark-c2-fabric:192.168.103.3"}
 
 
-def test_fleet_router(fleet):
-    """spark-router (group dspark_router): management network only, SSH 2248, HTTP 8080 on 127.0.0.1:18080."""
-    assert fleet["routers"] == [{"name": "spark-router", "ssh_port": 2248, "mgmt_ip": "10.232.0.201",
-                                 "publish": [[18080, 8080]]}]
-    assert "spark-router" not in [n["name"] for n in fleet["nodes"]]
+def test_fleet_routers(fleet):
+    """spark-router and spark-router2 (group dspark_router): management network only, SSH 2248 and 2249, nothing
+    published (their service address is reached over the lab's bridge)."""
+    assert fleet["routers"] == [{"name": "spark-router", "ssh_port": 2248, "mgmt_ip": "10.232.0.201", "publish": []},
+                                {"name": "spark-router2", "ssh_port": 2249, "mgmt_ip": "10.232.0.202", "publish": []}]
+    assert not {"spark-router", "spark-router2"} & {n["name"] for n in fleet["nodes"]}
 
 
 def test_fleet_mgmt_addresses_are_the_labs():
@@ -123,7 +124,7 @@ def test_cli_prints_plain_lines():
     nodes = [line.split() for line in lines if line.startswith("node ")]
     assert len(nodes) == 5 and all(len(fields) == 12 for fields in nodes)
     assert nodes[-1][:5] == ["node", "spark-c2", "trio_c", "2", "2247"]
-    assert lines[-1] == "router spark-router 2248 10.232.0.201 18080:8080"
+    assert lines[-2:] == ["router spark-router 2248 10.232.0.201 -", "router spark-router2 2249 10.232.0.202 -"]
 
 
 # --- bad inventories --------------------------------------------------------------------------------------
