@@ -185,14 +185,19 @@ def holders():
     return [name for name in ROUTERS if " %s/" % VIP in in_router(name, "ip -o -4 addr show")[1]]
 
 
-def wait_holder(name, timeout=20):
-    """True once `name`, and only it, holds the service address."""
+def until(predicate, timeout, interval=0.2):
+    """True once predicate() is, False after `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    while holders() != [name]:
+    while not predicate():
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.2)
+        time.sleep(interval)
     return True
+
+
+def wait_holder(name, timeout=20):
+    """True once `name`, and only it, holds the service address."""
+    return until(lambda: holders() == [name], timeout)
 
 
 def partition(name):
@@ -220,21 +225,12 @@ def restore_first_router(timeout=60):
     if holders() != [ROUTERS[0]]:
         # spark-router's own check first (HAProxy answers, a group is up behind it: after a cut, once its health checks
         # rose again), and keepalived's rise after it; then spark-router2 lets the address go.
-        deadline = time.monotonic() + timeout
-        while in_router(ROUTERS[0], "/usr/local/sbin/dspark-router-check")[0] != 0:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.5)
-        time.sleep(3)
-        in_router(ROUTERS[1], "systemctl restart keepalived")
-    if not wait_holder(ROUTERS[0], timeout):
-        return False
-    deadline = time.monotonic() + timeout
-    while in_router(ROUTERS[1], "systemctl is-active keepalived")[1].strip() != "active":
-        if time.monotonic() > deadline:
+        if not until(lambda: in_router(ROUTERS[0], "/usr/local/sbin/dspark-router-check")[0] == 0, timeout, 0.5):
             return False
-        time.sleep(0.5)
-    return True
+        time.sleep(3)   # keepalived's rise (2 checks, 1 s apart): it shows in no state that can be read here
+        in_router(ROUTERS[1], "systemctl restart keepalived")
+    return wait_holder(ROUTERS[0], timeout) and until(
+        lambda: in_router(ROUTERS[1], "systemctl is-active keepalived")[1].strip() == "active", timeout, 0.5)
 
 
 # The ways the holder of the service address dies (tests/fleet/test_router_failover.py, bench/bench_router_failover.py):
