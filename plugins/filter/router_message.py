@@ -17,7 +17,7 @@ author:
   - dspark.cluster contributors (@dspark)
 options:
   _input:
-    description: The status read (status), the result (drain, enable) or the servers (others).
+    description: The router's status result (status), the result (drain, enable) or the servers (others).
     type: raw
     required: true
   kind:
@@ -45,7 +45,7 @@ options:
 EXAMPLES = r"""
 - name: Report every server
   ansible.builtin.debug:
-    msg: "{{ _router_status | dspark.cluster.router_message('status', inventory_hostname, router_backend_name) }}"
+    msg: "{{ _router_result | dspark.cluster.router_message('status', inventory_hostname, router_backend_name) }}"
 """
 
 RETURN = r"""

@@ -338,11 +338,20 @@ def _num(value):
     return ("%d" % number) if number == int(number) else repr(number)
 
 
+def _hosts_of(query=None):
+    """An annotation's template listing the dspark_host labels of a query's series (of `.` inside a `with query`)."""
+    source = "query `%s` | sortByLabel \"dspark_host\"" % query if query else ". | sortByLabel \"dspark_host\""
+    return "{{ range $i, $s := %s }}{{ if $i }}, {{ end }}{{ $s.Labels.dspark_host }}{{ end }}" % source
+
+
 def rules(settings):
     """The alert rules as a mapping (one rule group). Thresholds and `for` durations from the monitoring_alert_* values.
     Every metric name is one of METRIC_NAMES (tests check it)."""
     s = settings
     serving = "dspark_group, dspark_host"
+    backend = s["monitoring_router_backend"]
+    router_backend = "haproxy_backend_active_servers{job=\"dspark_router\",proxy=\"%s\"}" % backend
+    able = _hosts_of("%s > 0" % router_backend)  # the routers that can take the service address
     alerts = [
         ("DsparkGroupNotServing",
          "max by (dspark_group) (up{job=\"dspark_vllm\"}) == 0"
@@ -356,6 +365,30 @@ def rules(settings):
          s["monitoring_alert_backend_for"], "critical",
          "router {{ $labels.dspark_host }}: backend {{ $labels.proxy }} has no server up",
          "No serving group is in rotation at the router: every request fails."),
+        ("DsparkRouterAlone",
+         # A router can take the service address when keepalived's check there passes: its HAProxy answers and a
+         # server of the backend is UP. Seen from Prometheus: its exporter (HAProxy itself) answered the last scrape
+         # (a failed scrape marks its series stale) and haproxy_backend_active_servers > 0 (the router role's
+         # backend has no backup servers). count(up) is the inventory's routers, one target each. `or on() vector(0)`
+         # makes it fire with no router able too: it must not resolve when the last router fails as well, and with
+         # every HAProxy stopped no series is left for DsparkRouterBackendNoServer, so nothing else would fire.
+         # Warning, not critical: with one router able the endpoint still serves, only the spare is gone. With none,
+         # the critical alert is DsparkRouterBackendNoServer where the routers answer and see no server. No label
+         # names the router left, so the alert stays the same one from one able router to none; the annotations
+         # query the routers.
+         "(count(%s > 0) or on() vector(0)) < 2 and on() count(up{job=\"dspark_router\"}) > 1" % router_backend,
+         s["monitoring_alert_backend_for"], "warning",
+         "{{ if eq $value 0.0 }}no router can take the service address: the fleet's endpoint is down{{ else }}only "
+         "router " + able + " can take the service address: its next failure takes the fleet's endpoint down{{ end }}",
+         "{{ with query `count(up{job=\"dspark_router\"})` }}{{ . | first | value }}{{ end }} routers (dspark_router) "
+         "share the service address; one takes it when its HAProxy answers and sees a server of backend %s up "
+         "(keepalived's check). {{ if eq $value 0.0 }}None can: the fleet's endpoint is down.{{ else }}Only " % backend
+         + able + " can: the endpoint serves through it, but nothing takes the address over when it fails.{{ end }}"
+         "{{ with query `up{job=\"dspark_router\"} == 0` }} Not answering (HAProxy stopped, the host down, or its "
+         "exporter out of the monitor's reach): " + _hosts_of() + ".{{ end }}"
+         "{{ with query `%s == 0` }} Seeing no server up: " % router_backend + _hosts_of() + ".{{ end }}"
+         " Fix: bring the others back: `systemctl start haproxy` on each (keepalived follows it), or run "
+         "playbooks/router.yml; one that sees no server fires DsparkRouterBackendNoServer (its way to the heads)."),
         ("DsparkRankMissing",
          "min by (%s, dspark_rank) (dspark_serve_container_running{job=\"dspark_node\"}) == 0"
          " or min by (%s, dspark_rank) (up{job=\"dspark_node\",dspark_group!=\"\"}) == 0" % (serving, serving),
@@ -427,9 +460,9 @@ def rules(settings):
     return {"groups": [{"name": "dspark", "rules": out}]}
 
 
-ALERTS = ("DsparkGroupNotServing", "DsparkRouterBackendNoServer", "DsparkRankMissing", "DsparkLmcacheDown",
-          "DsparkKvCacheFull", "DsparkRequestsWaitingGrowing", "DsparkTtftP95High", "DsparkHostMemoryLow",
-          "DsparkFabricLinkDown", "DsparkFabricMtu", "DsparkSupervisorAtCap")
+ALERTS = ("DsparkGroupNotServing", "DsparkRouterBackendNoServer", "DsparkRouterAlone", "DsparkRankMissing",
+          "DsparkLmcacheDown", "DsparkKvCacheFull", "DsparkRequestsWaitingGrowing", "DsparkTtftP95High",
+          "DsparkHostMemoryLow", "DsparkFabricLinkDown", "DsparkFabricMtu", "DsparkSupervisorAtCap")
 
 # -- alertmanager.yml ----------------------------------------------------------------------------------------------
 

@@ -386,12 +386,21 @@ def others(servers, group):
 
 
 def status_lines(status, host, backend):
-    """One line per server of a status read, or the line that HAProxy has no such backend."""
-    if not status.get("found"):
-        return ["HAProxy on %s has no backend %s" % (host, backend)]
-    return ["%s: %s, %s, %s, %s open session(s), health changed %ss ago, last check %s %s"
-            % (s["name"], s["status"], s["admin"], "in rotation" if s["in_rotation"] else "OUT of rotation", s["sessions"],
-               s["seconds_since_change"], s["check_status"], s["last_check"]) for s in status.get("servers") or []]
+    """One line per server of a status read (the role's _router_result: ok, servers, service_address), or the line that
+    HAProxy has no such backend; with several routers, first where the service address is."""
+    lines = []
+    held = status.get("service_address")
+    if held:
+        lines.append("%s %s the service address %s; keepalived's check %s" % (
+            host, "HOLDS" if held["holds"] else "does not hold", held["address"],
+            "passes (it may take the address)" if held["check_passes"]
+            else "FAILS (it cannot take the address: HAProxy does not answer or sees no group up)"))
+    if not status.get("ok"):
+        return lines + ["HAProxy on %s has no backend %s" % (host, backend)]
+    return lines + ["%s: %s, %s, %s, %s open session(s), health changed %ss ago, last check %s %s"
+                    % (s["name"], s["status"], s["admin"], "in rotation" if s["in_rotation"] else "OUT of rotation",
+                       s["sessions"], s["seconds_since_change"], s["check_status"], s["last_check"])
+                    for s in status.get("servers") or []]
 
 
 def drain_message(result, host, group, check_mode, timeout):

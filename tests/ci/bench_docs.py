@@ -295,14 +295,17 @@ BENCHMARKS = {
         "script": "bench/bench_router_failover.py",
         "measures": "The fleet lab's two routers behind one service address (keepalived): under a steady load, the "
                     "holder's HAProxy killed, its container stopped, its frames dropped, a few rounds each; the time "
-                    "from the death to the first answer of a request sent after it, and the failed requests.",
+                    "from the start of the kill to the first answer of a request sent after it, and the failed "
+                    "requests: in flight, sent during the kill (docker exec, nft), sent after it took effect.",
         "numbers": [("worst failover (s)", "worst_failover_s"),
                     ("HAProxy killed (s)", "failures.haproxy_killed.*.failover_s"),
                     ("router stopped (s)", "failures.router_stopped.*.failover_s"),
                     ("frames dropped (s)", "failures.frames_dropped.*.failover_s"),
                     ("failed per round (every failure mode)", "failures.*.*.failed"),
                     ("in flight at the death per round", "failures.*.*.in_flight_at_death"),
-                    ("failed requests sent after the death", "failures.*.*.failed_sent_after_death")],
+                    ("the kill's own time (s)", "failures.*.*.kill_s"),
+                    ("failed requests sent during the kill", "failures.*.*.failed_sent_during_kill"),
+                    ("failed requests sent after the kill took effect", "failures.*.*.failed_sent_after_death")],
     },
     "real_engine_roll.json": {
         "title": "Requests through the router during a rolling reprovision (real engine)",

@@ -4,7 +4,8 @@ from the distribution's packages. Then: every scrape target is up (the heads' /m
 nodes' exporters through theirs, the router's HAProxy exporter on its loopback), a second run changes nothing, the
 dashboard's queries return series, and a killed worker rank fires DsparkRankMissing, then (once a request meets the
 dead peer and the head's engine dies) DsparkGroupNotServing, seen by Alertmanager; both resolve once the group is
-started again. The heads run the lab SIMULATOR, whose /metrics
+started again. spark-router2's HAProxy stopped fires DsparkRouterAlone (issue #42), which resolves when it is started
+again. The heads run the lab SIMULATOR, whose /metrics
 imitates vLLM 0.32.0's names; the real engine's names are checked by tests/unit/monitoring.
 
 Issue #41: node_exporter's unit requires the table's boot unit and starts after it (a deleted table comes back with
@@ -255,6 +256,31 @@ def test_a_killed_worker_fires_the_alerts_and_they_resolve(monitoring):
     print("group restarted -> alerts resolved: %.0f s after the kill" % (time.monotonic() - killed))
     assert resolved, api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
     assert chat(group)[0]
+
+
+def test_a_router_left_alone_fires_and_resolves(monitoring):
+    """spark-router2's HAProxy stopped (keepalived stops with it): spark-router is the only router that could take the
+    service address, and DsparkRouterAlone fires, naming it; started again, it resolves. No request fails: spark-router
+    holds the address throughout."""
+    del monitoring
+
+    def alone():
+        return [a for a in api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
+                if a["labels"].get("alertname") == "DsparkRouterAlone" and a["state"] == "firing"]
+
+    assert not alone()
+    rc, out, err = node("spark-router2", "systemctl stop haproxy")
+    assert rc == 0, out + err
+    stopped = time.monotonic()
+    try:
+        fired = wait_for(alone, timeout=120, interval=5)
+        print("\nspark-router2's HAProxy stopped -> DsparkRouterAlone firing: %.0f s" % (time.monotonic() - stopped))
+        assert fired, api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
+        assert "only router spark-router can take the service address" in fired[0]["annotations"]["summary"], fired
+        assert chat("pair_b")[0]
+    finally:
+        node("spark-router2", "systemctl start haproxy")
+    assert wait_for(lambda: not alone(), timeout=120, interval=5), api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
 
 
 def test_the_rules_pass_promtool_on_the_monitor(monitoring):

@@ -5,7 +5,9 @@ Under load through the service address, the router that holds it dies three ways
 killed, its container stopped, its frames dropped on the lab's bridge. Each time the address moves to the other router,
 and the only requests that fail are those in flight on the router that died (a request sent meanwhile waits for TCP's
 retransmission and reaches the new holder). A client's refused requests are counted across a move: the HAProxies
-share their tables (peers). Every test leaves spark-router holding the address, as the other fleet suites expect.
+share their tables (peers). playbooks/router.yml with a changed configuration, under the same load, converges one
+router at a time, the holder last, and no request fails. Every test leaves spark-router holding the address, as the
+other fleet suites expect.
 """
 
 import hashlib
@@ -140,3 +142,33 @@ def test_a_clients_refused_requests_are_counted_across_a_move():
     finally:
         lab.in_router("spark-router", "systemctl start haproxy")
         assert lab.restore_first_router()
+
+
+def converged_in_order(run):
+    """The routers in the order router.yml converged them (serial: 1, a batch each)."""
+    order = []
+    for line in run.out.splitlines():
+        if line.startswith("TASK [dspark.cluster.router : Validate") or "Validating arguments against arg spec" in line:
+            order.append(None)
+        elif order and order[-1] is None and line.startswith("ok: ["):
+            order[-1] = line[len("ok: ["):].split("]")[0]
+    return order
+
+
+def test_the_routers_are_rolled_one_at_a_time_and_no_request_fails():
+    """playbooks/router.yml with a change to HAProxy's configuration (router_timeout_queue), under load through the
+    service address: spark-router2 first (it does not hold the address), spark-router last, each reloaded, not
+    restarted, and the next one only once the one before could take the address. Then back, under load again."""
+    assert lab.holders() == ["spark-router"]
+    runs = []
+    for args in (["-e", "router_timeout_queue=59"], []):
+        records, dummy = under_load(lambda args=args: runs.append(lab.playbook("router.yml", *args)), seconds_after=2)
+        run = runs[-1]
+        assert run.rc == 0, run.tail()
+        assert converged_in_order(run) == ["spark-router2", "spark-router"], run.tail()
+        assert run.changed("spark-router") > 0 and run.changed("spark-router2") > 0, run.recap
+        failed = [r for r in records if not r["ok"]]
+        assert not failed and len(records) > RATE * 20, (len(records), failed[:5])
+        print("\nrouter roll %s: %d requests through the service address, none failed, %.0f s"
+              % (" ".join(args) or "(back)", len(records), run.seconds))
+        assert lab.holders() == ["spark-router"]

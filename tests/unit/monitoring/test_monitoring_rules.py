@@ -41,7 +41,15 @@ def A(group, host=None, **extra):  # labels of a scraped series
     return out
 
 
-# Each alert: input series, then (eval_time, expected alerts' labels) pairs: an empty list means "does not fire".
+def R(host, metric, values, proxy="dspark"):  # a router's series: its target's up, or its backend's active servers
+    if metric == "up":
+        return _series("up", {"job": "dspark_router", "dspark_host": host}, values)
+    return _series("haproxy_backend_active_servers", {"job": "dspark_router", "proxy": proxy, "dspark_host": host}, values)
+
+
+# Each alert: input series, then (eval_time, expected alerts' labels) pairs: an empty list means "does not fire"; or a
+# list of such scenarios (each its own promtool test: its own fleet). A target that stops answering: up 0 and its
+# series `stale` (what Prometheus writes after a failed scrape), then absent.
 CASES = {
     "DsparkGroupNotServing": (
         [_series("up", A("pair_a", "a0", job="dspark_vllm"), "1 1 1 0x10"),
@@ -54,6 +62,32 @@ CASES = {
         [_series("haproxy_backend_active_servers", {"job": "dspark_router", "proxy": "dspark", "dspark_host": "router"}, "2 2 2 0x10"),
          _series("haproxy_backend_active_servers", {"job": "dspark_router", "proxy": "stats", "dspark_host": "router"}, "0x14")],
         [("3m", []), ("5m", [{"job": "dspark_router", "proxy": "dspark", "dspark_host": "router"}])]),
+    "DsparkRouterAlone": [
+        # Two routers, both seeing a server (their stats proxy's 0 does not count): no alert.
+        ([R("r1", "up", "1x10"), R("r2", "up", "1x10"), R("r1", "active", "2x10"), R("r2", "active", "1x10"),
+          R("r2", "active", "0x10", proxy="stats")],
+         [("3m", []), ("8m", [])]),
+        # r2's HAProxy stops at 3m (its target down, its series stale then absent) and is back at 9m.
+        ([R("r1", "up", "1x14"), R("r2", "up", "1 1 1 0x5 1x5"), R("r1", "active", "2x14"),
+          R("r2", "active", "2 2 2 stale _x5 2x5")],
+         [("2m", []), ("3m", []), ("5m", [{}]), ("8m", [{}]), ("10m", [])]),
+        # r2 answers but sees no server of the backend from 3m: it cannot take the address.
+        ([R("r1", "up", "1x12"), R("r2", "up", "1x12"), R("r1", "active", "2x12"), R("r2", "active", "2 2 2 0x9")],
+         [("3m", []), ("5m", [{}])]),
+        # Three routers: r3 stops answering at 2m, r2 loses its servers at 4m: one left from then.
+        ([R("r1", "up", "1x10"), R("r2", "up", "1x10"), R("r3", "up", "1 1 0x8"), R("r1", "active", "2x10"),
+          R("r2", "active", "2 2 2 2 0x6"), R("r3", "active", "2 2 stale")],
+         [("4m", []), ("7m", [{}])]),
+        # None left: r2 down from 2m, r1's backend empty from 6m. It keeps firing through (it does not resolve when
+        # the last router fails too).
+        ([R("r1", "up", "1x12"), R("r2", "up", "1 1 0x10"), R("r1", "active", "2 2 2 2 2 2 0x6"),
+          R("r2", "active", "2 2 stale")],
+         [("2m", []), ("4m", [{}]), ("6m", [{}]), ("10m", [{}])]),
+        # A fleet of one router (one target): never this alert, whether it sees a server or not (an empty backend
+        # is DsparkRouterBackendNoServer's).
+        ([R("r1", "up", "1x10"), R("r1", "active", "2x10")], [("5m", [])]),
+        ([R("r1", "up", "1x10"), R("r1", "active", "2 0x9")], [("5m", [])]),
+    ],
     "DsparkRankMissing": (
         [_series("dspark_serve_container_running", A("pair_a", "a1", job="dspark_node", dspark_rank="1"), "1 1 0x10"),
          _series("dspark_serve_container_running", A("pair_a", "a0", job="dspark_node", dspark_rank="0"), "1x12"),
@@ -145,14 +179,48 @@ def test_promtool_accepts_the_full_rules_file(tmp_path):
 def test_alert_fires_and_does_not_fire(tmp_path, alert):
     settings = defaults()
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(_rules_without_annotations(settings), sort_keys=False))
-    series, evals = CASES[alert]
+    scenarios = CASES[alert] if isinstance(CASES[alert], list) else [CASES[alert]]
     severity = next(r["labels"]["severity"] for r in mp.rules(settings)["groups"][0]["rules"] if r["alert"] == alert)
+    evals = [pair for dummy, scenario_evals in scenarios for pair in scenario_evals]
     assert any(not pair[1] for pair in evals) and any(pair[1] for pair in evals)
     test = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
         "interval": "1m", "input_series": series,
         "alert_rule_test": [{"eval_time": when, "alertname": alert,
                              "exp_alerts": [{"exp_labels": dict(labels, severity=severity)} for labels in expected]}
-                            for when, expected in evals]}]}
+                            for when, expected in scenario_evals]} for series, scenario_evals in scenarios]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test, sort_keys=False))
+    run([PROMTOOL, "test", "rules", "test.yml"], tmp_path)
+
+
+@needs_promtool
+def test_router_alone_names_the_routers(tmp_path):
+    """DsparkRouterAlone's summary and description as Alertmanager gets them: the router left, the others and why."""
+    rule = next(r for r in mp.rules(defaults())["groups"][0]["rules"] if r["alert"] == "DsparkRouterAlone")
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "dspark", "rules": [rule]}]}, sort_keys=False))
+    fix = (" Fix: bring the others back: `systemctl start haproxy` on each (keepalived follows it), or run "
+           "playbooks/router.yml; one that sees no server fires DsparkRouterBackendNoServer (its way to the heads).")
+    check = ("share the service address; one takes it when its HAProxy answers and sees a server of backend dspark up "
+             "(keepalived's check).")
+    one_left = {
+        "summary": "only router r1 can take the service address: its next failure takes the fleet's endpoint down",
+        "description": "3 routers (dspark_router) " + check + " Only r1 can: the endpoint serves through it, but nothing "
+                       "takes the address over when it fails. Not answering (HAProxy stopped, the host down, or its "
+                       "exporter out of the monitor's reach): r3. Seeing no server up: r2." + fix}
+    none_left = {
+        "summary": "no router can take the service address: the fleet's endpoint is down",
+        "description": "2 routers (dspark_router) " + check + " None can: the fleet's endpoint is down. Seeing no server "
+                       "up: r1, r2." + fix}
+    tests = [
+        ([R("r1", "up", "1x10"), R("r2", "up", "1x10"), R("r3", "up", "1 1 0x8"), R("r1", "active", "2x10"),
+          R("r2", "active", "2 2 0x8"), R("r3", "active", "2 2 stale")], one_left),
+        ([R("r1", "up", "1x10"), R("r2", "up", "1x10"), R("r1", "active", "2 2 0x8"), R("r2", "active", "2 2 0x8")],
+         none_left),
+    ]
+    test = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series, "alert_rule_test": [{
+            "eval_time": "5m", "alertname": "DsparkRouterAlone",
+            "exp_alerts": [{"exp_labels": {"severity": "warning"}, "exp_annotations": annotations}]}]}
+        for series, annotations in tests]}
     (tmp_path / "test.yml").write_text(yaml.safe_dump(test, sort_keys=False))
     run([PROMTOOL, "test", "rules", "test.yml"], tmp_path)
 

@@ -10,7 +10,7 @@ import os
 import sys
 from dataclasses import replace
 
-from . import group_runs, journal, metrics, qualify, report, run_record, watch
+from . import group_runs, journal, metrics, qualify, report, router_view, run_record, watch
 from .run_record import EXIT_USAGE
 from .scheduler import CANCELLED, FAILED, NOT_STARTED, OK, Scheduler
 from .selection import PLAYBOOKS
@@ -48,7 +48,13 @@ def status(sel, parallel, record, interrupts, prog, prometheus=None, window="5m"
     if prometheus:
         prog.message("asking Prometheus %s for the engine's numbers (window %s)" % (prometheus, window))
     metrics.attach(entries, runs, prometheus=prometheus, window=window, project_dir=sel.project_dir)
+    routers = None
+    if sel.routers and not record.interrupted:
+        routers = router_view.read(sel, interrupts, prog)
+        record = replace(record, routers=routers)
     print_status(entries)
+    if routers:
+        router_view.print_table(routers)
     watch.print_journal_summary(sel.groups, journal_path or journal.default_path(sel.state_dir))
     return run_record.finish(record, entries, run_record.exit_code_for(entries))
 

@@ -223,6 +223,7 @@ def build(meta, groups, exit_code, complete=True):
         "stop_reason": meta.get("stop_reason"),
         "preflight": meta.get("preflight"),
         "router": meta.get("router"),
+        "routers": meta.get("routers"),
         "totals": totals(groups),
         "exit_code": exit_code,
         "groups": groups,
@@ -345,6 +346,16 @@ def to_markdown(report):
                 "", "Why: %s" % router.get("reason")]
         if router.get("logs"):
             out += ["", "Log: `%s`" % router["logs"].get("stdout")]
+    routers = report.get("routers")
+    if routers:
+        out += ["", "## Routers (playbooks/router_status.yml)", ""]
+        if routers.get("address"):
+            out += ["Service address %s, held by: %s" % (routers["address"], ", ".join(routers["holders"]) or "none"), ""]
+        for name, view in routers["routers"].items():
+            out.append("- %s: %s" % (name, "no answer" if not view["answered"] else ", ".join(
+                "%s %s%s" % (g, s["status"], "" if s["in_rotation"] else " (out of rotation)")
+                for g, s in sorted(view["servers"].items())) or "no server"))
+        out += ["- problem: %s" % p for p in routers["problems"]]
     out += ["", "## Groups", ""]
     rows = []
     for name, group in report["groups"].items():

@@ -37,6 +37,7 @@ class RunRecord:
     stop_reason: str | None = None
     preflight: dict | None = None
     router: dict | None = None
+    routers: dict | None = None     # status: each router's view (router_view.py)
 
     @property
     def subcommand(self):

@@ -189,10 +189,17 @@ SERVER = {"name": "pair_a", "status": "UP", "admin": "ready", "in_rotation": Tru
 
 def test_what_the_playbooks_say():
     down = dict(SERVER, name="pair_b", status="DOWN", admin="drain", in_rotation=False)
-    assert router_message({"found": True, "servers": [SERVER, down]}, "status", "r", "dspark") == [
+    assert router_message({"ok": True, "servers": [SERVER, down], "service_address": None}, "status", "r", "dspark") == [
         "pair_a: UP, ready, in rotation, 2 open session(s), health changed 7s ago, last check L7OK 200",
         "pair_b: DOWN, drain, OUT of rotation, 2 open session(s), health changed 7s ago, last check L7OK 200"]
-    assert router_message({"found": False, "servers": []}, "status", "r", "dspark") == ["HAProxy on r has no backend dspark"]
+    assert router_message({"ok": False, "servers": []}, "status", "r", "dspark") == ["HAProxy on r has no backend dspark"]
+    held = {"ok": True, "servers": [SERVER], "service_address": {"address": "10.0.0.200", "holds": True,
+                                                                 "check_passes": True}}
+    assert router_message(held, "status", "r", "dspark")[0] == (
+        "r HOLDS the service address 10.0.0.200; keepalived's check passes (it may take the address)")
+    cut_off = dict(held, service_address={"address": "10.0.0.200", "holds": False, "check_passes": False})
+    assert router_message(cut_off, "status", "r2", "dspark")[0].startswith(
+        "r2 does not hold the service address 10.0.0.200; keepalived's check FAILS")
     assert router_message([SERVER, down], "others", "r", "pair_a") == "pair_b DOWN drain"
     assert router_message([SERVER], "others", "r", "pair_a") == "none"
     drained = {"bound_hit": False, "sessions_left": 0, "waited_seconds": 1.5, "sessions_at_start": 2}
