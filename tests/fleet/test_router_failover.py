@@ -18,7 +18,7 @@ import pytest
 
 import loadclient
 import routerlab as lab
-from fleetlab import wait_for
+from fleetlab import node, wait_for
 
 RATE = 4.0
 
@@ -172,3 +172,33 @@ def test_the_routers_are_rolled_one_at_a_time_and_no_request_fails():
         print("\nrouter roll %s: %d requests through the service address, none failed, %.0f s"
               % (" ".join(args) or "(back)", len(records), run.seconds))
         assert lab.holders() == ["spark-router"]
+
+
+CONNECT = ("python3 -c \"import socket; s = socket.socket(); s.settimeout(2)\n"
+           "try:\n    s.connect(('%s', %d)); print('open')\nexcept socket.timeout: print('blocked')\n"
+           "except OSError as e: print('error', e)\"")
+# A VRRPv2 advert for router id 52 with priority 255 (it would take the address if let in), from a raw socket.
+VRRP = ("python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_RAW, 112)\n"
+        "s.sendto(bytes([0x21, 52, 255, 1, 1, 1, 0, 0, 10, 232, 0, 200, 0, 0, 0, 0, 0, 0, 0, 0]), ('%s', 0))\"")
+
+
+def vrrp_dropped(router):
+    """The packets counted by the router's 'VRRP from anyone else' rule."""
+    listed = lab.in_router(router, "nft list table inet dspark_router")[1]
+    line = next(l for l in listed.splitlines() if "VRRP from anyone else" in l)
+    return int(line.split("packets")[1].split()[0])
+
+
+def test_only_the_routers_reach_the_peers_port_and_speak_vrrp():
+    """table inet dspark_router (router_firewall): spark-b0, a serving node on the same management network, cannot
+    reach spark-router2's peers port, and its VRRP advert (priority 255) is dropped and counted; spark-router reaches
+    the port (and the other tests prove that the routers' adverts and tables pass)."""
+    address = {r["name"]: r["mgmt_ip"] for r in lab.labspec.spec_for(lab.INVENTORY)["routers"]}["spark-router2"]
+    assert node("spark-b0", CONNECT % (address, 10000))[1].strip() == "blocked"
+    assert lab.in_router("spark-router", CONNECT % (address, 10000))[1].strip() == "open"
+    before = vrrp_dropped("spark-router2")
+    rc, out, err = node("spark-b0", VRRP % address)
+    assert rc == 0, out + err
+    assert wait_for(lambda: vrrp_dropped("spark-router2") > before, 5, 0.5)
+    time.sleep(2)
+    assert lab.holders() == ["spark-router"]
