@@ -70,9 +70,9 @@ def problems(section):
     out = []
     silent = [name for name, r in routers.items() if not r["answered"]]
     if silent:
+        why = section.get("error") or "no result"
         out.append("router(s) %s did not answer (%s): their view is unknown. Fix: look at that host's HAProxy "
-                   "(systemctl status haproxy) or run playbooks/router.yml" % (", ".join(silent), section.get("error")
-                                                                                or "no result"))
+                   "(systemctl status haproxy) or run playbooks/router.yml" % (", ".join(silent), why))
     if section["address"]:
         holders = section["holders"]
         if not holders and not silent:
@@ -123,4 +123,3 @@ def print_table(section):
         print("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
     for problem in section["problems"]:
         print("  ! " + problem)
-
