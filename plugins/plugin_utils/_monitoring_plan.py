@@ -19,7 +19,8 @@ import hashlib
 import ipaddress
 import re
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _checkpoint_paths, _group_model, _rules_monitoring, _serve_lmcache
+from ansible_collections.dspark.cluster.plugins.plugin_utils import (
+    _checkpoint_paths, _group_model, _nft_boot_unit, _rules_monitoring, _serve_lmcache)
 
 # -- metric names --------------------------------------------------------------------------------------------------
 
@@ -529,24 +530,8 @@ FIREWALL_UNIT = "dspark-monitor-firewall.service"
 def firewall_unit(settings):
     """The boot unit that loads the table. Ordered before node_exporter's unit and required by it: node_exporter
     never starts without its table, at boot, when the package's postinst starts it, or when the table fails to load."""
-    return "\n".join([
-        "# Written by dspark.cluster's monitoring role: loads table inet %s before node_exporter starts." % TABLE,
-        "[Unit]",
-        "Description=dspark.cluster monitoring firewall (table inet %s)" % TABLE,
-        "Before=network-pre.target %s" % NODE_EXPORTER_UNIT,
-        "Wants=network-pre.target",
-        "DefaultDependencies=no",
-        "After=local-fs.target",
-        "",
-        "[Service]",
-        "Type=oneshot",
-        "RemainAfterExit=yes",
-        "ExecStart=/usr/sbin/nft -f %s/firewall.nft" % str(settings["monitoring_config_dir"]).rstrip("/"),
-        "",
-        "[Install]",
-        "WantedBy=multi-user.target",
-        "RequiredBy=%s" % NODE_EXPORTER_UNIT,
-    ]) + "\n"
+    return _nft_boot_unit.unit("monitoring", TABLE, "node_exporter starts", [NODE_EXPORTER_UNIT],
+                               "%s/firewall.nft" % str(settings["monitoring_config_dir"]).rstrip("/"))
 
 
 def firewall(groups, hostvars, host, settings):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _router_vrrp
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _nft_boot_unit, _router_vrrp
 
 TABLE = "dspark_router"
 UNIT = "dspark-router-firewall.service"
@@ -33,24 +33,8 @@ def _v4(value):
 def unit(ruleset_path):
     """The boot unit that loads the table before HAProxy and keepalived; HAProxy requires it (and keepalived is bound
     to HAProxy): a router whose table does not load takes no requests and does not hold the address."""
-    return "\n".join([
-        "# Written by dspark.cluster's router role: loads table inet %s before HAProxy and keepalived start." % TABLE,
-        "[Unit]",
-        "Description=dspark.cluster router firewall (table inet %s)" % TABLE,
-        "Before=network-pre.target haproxy.service keepalived.service",
-        "Wants=network-pre.target",
-        "DefaultDependencies=no",
-        "After=local-fs.target",
-        "",
-        "[Service]",
-        "Type=oneshot",
-        "RemainAfterExit=yes",
-        "ExecStart=/usr/sbin/nft -f %s" % ruleset_path,
-        "",
-        "[Install]",
-        "WantedBy=multi-user.target",
-        "RequiredBy=haproxy.service",
-    ]) + "\n"
+    return _nft_boot_unit.unit("router", TABLE, "HAProxy and keepalived start", ["haproxy.service", "keepalived.service"],
+                               ruleset_path)
 
 
 def firewall(groups, hostvars, host, peers_port, ruleset_path):
