@@ -256,7 +256,7 @@ def read_node(params, run):
         nft = p['nft_path']
         firewall = {'nft': os.path.lexists(nft), 'live_rc': 1, 'live': '', 'state': None}
         if firewall['nft']:
-            rc, out, dummy = run([nft, 'list', 'table', 'inet', p['firewall_table']])
+            rc, out, dummy = run([nft] + (['-s'] if p.get('firewall_stateless') else []) + ['list', 'table', 'inet', p['firewall_table']])
             # As the command module returns it, so that it compares with the record of `nft list table` (a command task).
             firewall.update(live_rc=rc, live=(out or '').rstrip('\r\n'))
         if p.get('firewall_state'):

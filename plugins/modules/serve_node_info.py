@@ -102,6 +102,12 @@ options:
     description:
       - Name of the nftables table (family inet) to list. Without it the firewall is not read.
     type: str
+  firewall_stateless:
+    description:
+      - List the table without its counters (C(nft -s)), for a table whose counters change between runs; the role
+        must record it the same way.
+    type: bool
+    default: false
   nft_path:
     description:
       - The nft binary.
@@ -304,6 +310,7 @@ def main():
             hotfix_dir=dict(type='path'),
             hotfix_sums=dict(type='str'),
             firewall_table=dict(type='str'),
+            firewall_stateless=dict(type='bool', default=False),
             nft_path=dict(type='path', default='/usr/sbin/nft'),
             firewall_state=dict(type='path'),
             files=dict(type='list', elements='dict', default=[], options=dict(

@@ -193,3 +193,16 @@ def test_read_node_reads_the_lmcache_server_beside_the_engine(tmp_path):
     result = sn.read_node(params(tmp_path, container="dspark-vllm", lmcache_container="gone"), run)
     assert result["lmcache"] == {"exists": False, "status": "", "config": ""}
     assert sn.read_node(params(tmp_path, container="dspark-vllm"), run)["lmcache"]["exists"] is False
+
+
+def test_a_stateless_firewall_read_lists_the_table_without_its_counters(tmp_path):
+    """The router's table counts dropped packets: it is listed with nft -s, as its record is, so that a counted packet
+    does not make the next run re-apply it."""
+    (tmp_path / "nft").write_text("")
+    run = Runner({"-s list table inet dspark_router": (0, "table inet dspark_router {\n}\n", "")})
+    result = sn.read_node(params(tmp_path, firewall_table="dspark_router", firewall_stateless=True), run)
+    assert result["firewall"]["live"] == "table inet dspark_router {\n}" and result["firewall"]["live_rc"] == 0
+    assert [c[1:] for c in run.calls if c[0].endswith("nft")] == [["-s", "list", "table", "inet", "dspark_router"]]
+    plain = Runner({"list table inet dspark_router": (0, "listed\n", "")})
+    sn.read_node(params(tmp_path, firewall_table="dspark_router"), plain)
+    assert [c[1:] for c in plain.calls if c[0].endswith("nft")] == [["list", "table", "inet", "dspark_router"]]
