@@ -390,6 +390,16 @@ def rules(settings):
          "{{ with query `%s == 0` }} Seeing no server up: " % router_backend + _hosts_of() + ".{{ end }}"
          " Fix: bring the others back: `systemctl start haproxy` on each (keepalived follows it), or run "
          "playbooks/router.yml; one that sees no server fires DsparkRouterBackendNoServer (its way to the heads)."),
+        ("DsparkRouterDown",
+         # The router's HAProxy exporter does not answer: HAProxy stopped, the host down, or the exporter out of the
+         # monitor's reach. With one router nothing else fires then (its series are gone, the groups still serve).
+         "up{job=\"dspark_router\"} == 0",
+         s["monitoring_alert_backend_for"], "critical",
+         "router {{ $labels.dspark_host }} does not answer",
+         "Its HAProxy exporter has not answered for %s: HAProxy is stopped, the host is down, or the monitor cannot "
+         "reach the exporter (router_metrics_address, router_metrics_allowed_cidrs). With one router the fleet's "
+         "endpoint is down; with several, DsparkRouterAlone says whether one is left. Fix: systemctl start haproxy "
+         "there, or playbooks/router.yml." % s["monitoring_alert_backend_for"]),
         ("DsparkRankMissing",
          "min by (%s, dspark_rank) (dspark_serve_container_running{job=\"dspark_node\"}) == 0"
          " or min by (%s, dspark_rank) (up{job=\"dspark_node\",dspark_group!=\"\"}) == 0" % (serving, serving),
@@ -461,7 +471,7 @@ def rules(settings):
     return {"groups": [{"name": "dspark", "rules": out}]}
 
 
-ALERTS = ("DsparkGroupNotServing", "DsparkRouterBackendNoServer", "DsparkRouterAlone", "DsparkRankMissing",
+ALERTS = ("DsparkGroupNotServing", "DsparkRouterBackendNoServer", "DsparkRouterAlone", "DsparkRouterDown", "DsparkRankMissing",
           "DsparkLmcacheDown", "DsparkKvCacheFull", "DsparkRequestsWaitingGrowing", "DsparkTtftP95High",
           "DsparkHostMemoryLow", "DsparkFabricLinkDown", "DsparkFabricMtu", "DsparkSupervisorAtCap")
 

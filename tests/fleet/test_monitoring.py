@@ -260,7 +260,8 @@ def test_a_killed_worker_fires_the_alerts_and_they_resolve(monitoring):
 
 def test_a_router_left_alone_fires_and_resolves(monitoring):
     """spark-router2's HAProxy stopped (keepalived stops with it): spark-router is the only router that could take the
-    service address, and DsparkRouterAlone fires, naming it; started again, it resolves. No request fails: spark-router
+    service address, and DsparkRouterAlone fires, naming it, beside DsparkRouterDown for spark-router2; started
+    again, it resolves. No request fails: spark-router
     holds the address throughout."""
     del monitoring
 
@@ -277,6 +278,10 @@ def test_a_router_left_alone_fires_and_resolves(monitoring):
         print("\nspark-router2's HAProxy stopped -> DsparkRouterAlone firing: %.0f s" % (time.monotonic() - stopped))
         assert fired, api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
         assert "only router spark-router can take the service address" in fired[0]["annotations"]["summary"], fired
+        down = wait_for(lambda: [a for a in api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
+                                 if a["labels"].get("alertname") == "DsparkRouterDown" and a["state"] == "firing"],
+                        timeout=60, interval=5)
+        assert down and [a["labels"]["dspark_host"] for a in down] == ["spark-router2"], down
         assert chat("pair_b")[0]
     finally:
         node("spark-router2", "systemctl start haproxy")

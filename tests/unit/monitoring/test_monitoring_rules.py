@@ -88,6 +88,13 @@ CASES = {
         ([R("r1", "up", "1x10"), R("r1", "active", "2x10")], [("5m", [])]),
         ([R("r1", "up", "1x10"), R("r1", "active", "2 0x9")], [("5m", [])]),
     ],
+    "DsparkRouterDown": [
+        # One router (the lone endpoint) whose HAProxy stops at 3m: its target down; r2 of another fleet keeps up.
+        ([R("r1", "up", "1 1 1 0x8"), R("r2", "up", "1x11")],
+         [("2m", []), ("3m", []), ("5m", [{"job": "dspark_router", "dspark_host": "r1"}])]),
+        # Back after a blip shorter than the `for` duration: no alert.
+        ([R("r1", "up", "1 1 1 0 1x8")], [("4m", []), ("8m", [])]),
+    ],
     "DsparkRankMissing": (
         [_series("dspark_serve_container_running", A("pair_a", "a1", job="dspark_node", dspark_rank="1"), "1 1 0x10"),
          _series("dspark_serve_container_running", A("pair_a", "a0", job="dspark_node", dspark_rank="0"), "1x12"),
