@@ -202,6 +202,9 @@ def test_only_the_routers_reach_the_peers_port_and_speak_vrrp():
     assert wait_for(lambda: vrrp_dropped("spark-router2") > before, 5, 0.5)
     time.sleep(2)
     assert lab.holders() == ["spark-router"]
+    # Its directory does not lock others out of /etc/dspark (the monitor's Prometheus reads its web config there).
+    assert lab.in_router("spark-router", "stat -c %a /etc/dspark/router")[1].strip() == "755"
+    assert lab.in_router("spark-router", "stat -c %a /etc/dspark")[1].strip() in ("755", "750")
     # The counters moved: the next run still finds the table as it wants it (it compares it without them).
     run = lab.playbook("router.yml")
     assert run.rc == 0 and run.changed() == 0, (run.recap, run.tail())
