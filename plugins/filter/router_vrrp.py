@@ -17,6 +17,8 @@ description:
     C(dspark_router), the local HAProxy's health tracked). They hold C(router_vrrp_auth_pass) - never show them.
   - With O(what=interface), the interface that holds this router's management address, from the input C(ip -o -4 addr
     show) output.
+  - With O(what=holds), whether the input C(ip -o -4 addr show) output holds O(address), the service address as
+    C(router_vip) gives it (ADDRESS/PREFIX).
   - With O(what=firewall), this router's nftables table (HAProxy's peers port and VRRP from the routers only) and its
     boot unit; the input holds C(router_peers_port) and C(ruleset_path), the file the boot unit loads.
   - Internal to the router role; the inputs may change without notice. Runs on the controller.
@@ -30,7 +32,7 @@ options:
   what:
     description: What to return.
     type: str
-    choices: [haproxy, keepalived, interface, firewall]
+    choices: [haproxy, keepalived, interface, holds, firewall]
     required: true
   host:
     description: This router (C(inventory_hostname)).
@@ -45,7 +47,7 @@ options:
     description: For O(what=keepalived), the interface of the service address.
     type: str
   address:
-    description: For O(what=interface), the management address to look for.
+    description: For O(what=interface), the management address to look for; for O(what=holds), C(router_vip).
     type: str
 """
 
@@ -58,7 +60,7 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description: "haproxy: {vip, peers (name, address, port), localpeer}; keepalived: a list of lines; interface: a name or
-    null; firewall: {ruleset, digest, routers, table, unit, unit_name}."
+    null; holds: a bool; firewall: {ruleset, digest, routers, table, unit, unit_name}."
   type: raw
 """
 
@@ -76,13 +78,15 @@ def router_vrrp(data, what, host=None, groups=None, hostvars=None, interface=Non
             return _router_vrrp.keepalived(data, host, groups, hostvars, interface)
         if what == "interface":
             return _router_vrrp.interface_of(data, address)
+        if what == "holds":
+            return _router_vrrp.holds(data, address)
         if what == "firewall":
             from ansible_collections.dspark.cluster.plugins.plugin_utils import _router_firewall
             return _router_firewall.firewall(groups, hostvars, host, data["router_peers_port"], data["ruleset_path"])
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         # No value in the message: the settings hold the VRRP password.
         raise AnsibleFilterError("router_vrrp(%s): %s" % (what, type(err).__name__)) from None
-    raise AnsibleFilterError("router_vrrp: what=%r is not haproxy, keepalived, interface or firewall" % (what,))
+    raise AnsibleFilterError("router_vrrp: what=%r is not haproxy, keepalived, interface, holds or firewall" % (what,))
 
 
 class FilterModule:

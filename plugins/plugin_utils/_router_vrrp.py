@@ -150,6 +150,13 @@ def interface_of(ip_addr_lines, address):
     return None
 
 
+def holds(ip_addr_lines, router_vip):
+    """Whether this router holds the service address ``router_vip`` (ADDRESS/PREFIX), from `ip -o -4 addr show`
+    output; False when it is not a valid service address."""
+    address = vip(router_vip)
+    return address is not None and interface_of(ip_addr_lines, str(address.ip)) is not None
+
+
 def keepalived(settings, host, groups, hostvars, interface):
     """keepalived.conf of router ``host`` as a list of lines. ``settings``: as in problems(); ``interface``: where the
     management address (and so the service address) lives. The password is in it: the file is root's, mode 0600."""

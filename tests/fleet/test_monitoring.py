@@ -81,9 +81,10 @@ def query(expr):
     return api(PROMETHEUS, "/api/v1/query", query=expr)["data"]["result"]
 
 
-def firing(name, group):
+def firing(name, group=None):
+    """The firing alerts `name` (of serving group `group` when given)."""
     return [a for a in api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
-            if a["labels"].get("alertname") == name and a["labels"].get("dspark_group") == group
+            if a["labels"].get("alertname") == name and (group is None or a["labels"].get("dspark_group") == group)
             and a["state"] == "firing"]
 
 
@@ -266,8 +267,7 @@ def test_a_router_left_alone_fires_and_resolves(monitoring):
     del monitoring
 
     def alone():
-        return [a for a in api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
-                if a["labels"].get("alertname") == "DsparkRouterAlone" and a["state"] == "firing"]
+        return firing("DsparkRouterAlone")
 
     assert not alone()
     rc, out, err = node("spark-router2", "systemctl stop haproxy")
@@ -278,9 +278,7 @@ def test_a_router_left_alone_fires_and_resolves(monitoring):
         print("\nspark-router2's HAProxy stopped -> DsparkRouterAlone firing: %.0f s" % (time.monotonic() - stopped))
         assert fired, api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
         assert "only router spark-router can take the service address" in fired[0]["annotations"]["summary"], fired
-        down = wait_for(lambda: [a for a in api(PROMETHEUS, "/api/v1/alerts")["data"]["alerts"]
-                                 if a["labels"].get("alertname") == "DsparkRouterDown" and a["state"] == "firing"],
-                        timeout=60, interval=5)
+        down = wait_for(lambda: firing("DsparkRouterDown"), timeout=60, interval=5)
         assert down and [a["labels"]["dspark_host"] for a in down] == ["spark-router2"], down
         assert chat("pair_b")[0]
     finally:

@@ -109,6 +109,8 @@ def test_the_interface_is_the_one_holding_the_management_address():
            "2: eth0@if12    inet 10.0.0.200/24 scope global secondary eth0\\       valid_lft forever\n")
     assert vrrp.interface_of(out, "10.0.0.201") == "eth0"
     assert vrrp.interface_of(out, "10.0.0.9") is None
+    assert vrrp.holds(out, "10.0.0.201/24") is True and vrrp.holds(out, "10.0.0.9/24") is False
+    assert vrrp.holds(out, "10.0.0.201") is False and vrrp.holds("", "10.0.0.201/24") is False
 
 
 def keepalived_conf(host="r1", **settings):
