@@ -30,7 +30,7 @@ CI_LOGS := tests/output/ci
 .PHONY: venv prereqs-lab prereqs-test lab lab-down lab-fleet lab-fleet-down lab-real lab-real-down site-real site lint sanity unit labtest vmlabtest molecule \
 	$(MOLECULE_STAGES) test build bench unit-newest setup lint-newest sanity-newest converge-newest converge-mitogen realtest
 
-venv: $(VENV)/.installed $(VENV)/.ansiballz-cache
+venv: $(VENV)/.installed $(VENV)/.ansiballz-cache $(VENV)/.payload-cache
 $(VENV)/.installed: requirements.txt constraints.txt
 	@bash tests/ci/prereqs.sh venv
 	python3 -m venv $(VENV)
@@ -42,6 +42,15 @@ $(VENV)/.installed: requirements.txt constraints.txt
 # (lab/image/dspark_lab_ansiballz_cache.py says why).
 $(VENV)/.ansiballz-cache: $(VENV)/.installed lab/image/dspark_lab_ansiballz_cache.py lab/image/install_ansiballz_cache.sh
 	bash lab/image/install_ansiballz_cache.sh "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	touch $@
+
+# Test venvs only: each playbook run reuses the module payloads an earlier run built, while their sources are
+# unchanged (lab/controller/dspark_lab_payload_cache.py says why); on for every target here, off elsewhere.
+PAYLOAD_INSTALL := bash lab/controller/install_payload_cache.sh
+PURELIB = $$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+export DSPARK_LAB_PAYLOAD_CACHE ?= $(CURDIR)/tests/output/payload-cache
+$(VENV)/.payload-cache: $(VENV)/.installed lab/controller/dspark_lab_payload_cache.py lab/controller/install_payload_cache.sh
+	$(PAYLOAD_INSTALL) "$(call PURELIB,$(VENV))"
 	touch $@
 
 # The system packages each entry point needs (Debian names), installed as root when missing; silent when present.
@@ -134,6 +143,7 @@ $(NEWEST_VENV)/.installed: requirements-newest.txt constraints-newest.txt
 	@test -n "$(NEWEST_PYTHON)" || { echo "unit-newest: no Python 3.12+ found (set NEWEST_PYTHON=/path/to/python3.12)"; exit 1; }
 	$(NEWEST_PYTHON) -m venv $(NEWEST_VENV)
 	$(NEWEST_VENV)/bin/pip install -q -r requirements-newest.txt -c constraints-newest.txt
+	$(PAYLOAD_INSTALL) "$(call PURELIB,$(NEWEST_VENV))"
 	touch $@
 
 # The constraints files rewritten from what requirements*.txt resolve to today (throwaway venvs without the old

@@ -76,6 +76,21 @@ BENCHMARKS = {
                     ("machine CPU of each run with the cache (s)", "with_cache.machine_cpu_s_each"),
                     ("machine CPU of each run without it (s)", "without_cache.machine_cpu_s_each")],
     },
+    "payload_cache.json": {
+        "title": "The lab controllers' module payload cache",
+        "script": "bench/bench_payload_cache.py",
+        "measures": "A no-op `site.yml` on the converged lab pair, alternately with the lab controllers' payload "
+                    "cache (test venvs only, when DSPARK_LAB_PAYLOAD_CACHE is set: docs/design-lab.md) and without "
+                    "it: the controller's CPU (ansible-playbook, its forks, ssh), the machine's and the wall time.",
+        "numbers": [("controller CPU with the cache (s)", "with_cache.controller_cpu_s"),
+                    ("controller CPU without it (s)", "without_cache.controller_cpu_s"),
+                    ("ratio", "controller_cpu_ratio"),
+                    ("machine CPU with the cache (s)", "with_cache.machine_cpu_s"),
+                    ("machine CPU without it (s)", "without_cache.machine_cpu_s"),
+                    ("wall with the cache (s)", "with_cache.wall_s"), ("wall without it (s)", "without_cache.wall_s"),
+                    ("controller CPU of each run with the cache (s)", "with_cache.controller_cpu_s_each"),
+                    ("controller CPU of each run without it (s)", "without_cache.controller_cpu_s_each")],
+    },
     "site_noop.json": {
         "title": "No-op re-run of site.yml",
         "script": "bench/bench_site_noop.py",
