@@ -76,6 +76,18 @@ BENCHMARKS = {
                     ("machine CPU of each run with the cache (s)", "with_cache.machine_cpu_s_each"),
                     ("machine CPU of each run without it (s)", "without_cache.machine_cpu_s_each")],
     },
+    "monitoring_noop.json": {
+        "title": "No-op re-run of playbooks/monitoring.yml",
+        "script": "bench/bench_monitoring_noop.py",
+        "measures": "`playbooks/monitoring.yml` run again on the converged fleet lab (SIMULATOR image), beside the "
+                    "commit before its plan was pinned once per host and run (same script, same lab): the "
+                    "controller's CPU, the machine's, the wall time and the host-tasks.",
+        "numbers": [("controller CPU (s)", "controller_cpu_s"), ("baseline: controller CPU (s)", "baseline.controller_cpu_s"),
+                    ("ratio", "controller_cpu_over_baseline"),
+                    ("machine CPU (s)", "machine_cpu_s"), ("baseline: machine CPU (s)", "baseline.machine_cpu_s"),
+                    ("wall (s)", "wall_s"), ("baseline: wall (s)", "baseline.wall_s"),
+                    ("host-tasks", "host_tasks"), ("baseline: host-tasks", "baseline.host_tasks")],
+    },
     "payload_cache.json": {
         "title": "The lab controllers' module payload cache",
         "script": "bench/bench_payload_cache.py",
