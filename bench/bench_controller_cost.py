@@ -67,6 +67,18 @@ def children_cpu():
     return usage.ru_utime + usage.ru_stime
 
 
+def timed_run(argv, cwd, env=None):
+    """Run argv: (the completed process, wall seconds, controller CPU-seconds with the ssh ControlMasters' gain,
+    the whole machine's busy core-seconds)."""
+    mux_before, cpu_before, machine_before = mux_cpu(), children_cpu(), busy_core_seconds()
+    started = time.monotonic()
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    machine = busy_core_seconds() - machine_before
+    cpu = children_cpu() - cpu_before + sum(now - mux_before.get(pid, 0.0) for pid, now in mux_cpu().items())
+    return proc, wall, cpu, machine
+
+
 def run(inventory, extra=None):
     """One site.yml run: wall and controller CPU seconds, remote hosts, host-tasks, changed count."""
     argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "site.yml")]

@@ -13,12 +13,10 @@ writes its numbers as the result's `baseline` (the earlier result's other number
 import json
 import os
 import pathlib
-import subprocess
 import sys
-import time
 
-from bench_controller_cost import children_cpu, mux_cpu
-from benchlib import busy_core_seconds, recap as read_recap, stamp, write_baseline, write_result
+from bench_controller_cost import timed_run
+from benchlib import recap as read_recap, stamp, write_baseline, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "site_noop.json"
@@ -34,12 +32,7 @@ def playbook(extra=None):
     """One run: wall, controller CPU, host-tasks per node and changed tasks, from the recap."""
     argv = [str(BIN / "ansible-playbook"), "-i", str(CHECKOUT / "inventories" / "lab" / "hosts.yml"),
             str(CHECKOUT / "site.yml")] + (["-e", extra] if extra else [])
-    mux_before, cpu_before, machine_before = mux_cpu(), children_cpu(), busy_core_seconds()
-    started = time.monotonic()
-    run = subprocess.run(argv, cwd=CHECKOUT, capture_output=True, text=True, check=False)
-    wall = time.monotonic() - started
-    machine = busy_core_seconds() - machine_before
-    cpu = children_cpu() - cpu_before + sum(now - mux_before.get(pid, 0.0) for pid, now in mux_cpu().items())
+    run, wall, cpu, machine = timed_run(argv, CHECKOUT)
     if run.returncode != 0:
         sys.exit("site.yml failed (rc=%d):\n%s" % (run.returncode, run.stdout[-3000:] + run.stderr[-3000:]))
     recap = read_recap(run.stdout)

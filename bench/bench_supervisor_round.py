@@ -25,13 +25,11 @@ result's `baseline` (the earlier result's other numbers are kept), as bench_site
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
-import time
 
-from bench_controller_cost import children_cpu, mux_cpu
-from benchlib import busy_core_seconds, stamp, write_baseline, write_result
+from bench_controller_cost import timed_run
+from benchlib import stamp, write_baseline, write_result
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "supervisor_round.json"
@@ -55,12 +53,7 @@ def watch_once(groups, rounds=1):
         argv = [sys.executable, "-m", "dspark_fleet", "watch", "-i", str(INVENTORY), *count, "--plain",
                 "--project-dir", str(CHECKOUT), "--groups", ",".join(groups), "--state-dir", tmp + "/state",
                 "--artifacts", tmp + "/art"]
-        mux_before, cpu_before, machine_before = mux_cpu(), children_cpu(), busy_core_seconds()
-        started = time.monotonic()
-        proc = subprocess.run(argv, cwd=CHECKOUT, env=env, capture_output=True, text=True, check=False)
-        wall = time.monotonic() - started
-        machine = busy_core_seconds() - machine_before
-        cpu = children_cpu() - cpu_before + sum(now - mux_before.get(pid, 0.0) for pid, now in mux_cpu().items())
+        proc, wall, cpu, machine = timed_run(argv, CHECKOUT, env)
         journal = pathlib.Path(tmp, "state", "journal.jsonl")
         records = [json.loads(line) for line in journal.read_text().splitlines()] if journal.is_file() else []
     all_checks = [r for r in records if r.get("action") == "check"]
