@@ -2,6 +2,8 @@
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
+# A venv's site-packages directory (as a shell command substitution, for recipes).
+PURELIB = $$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # Molecule scenarios of the collection (extensions/molecule/<name>/molecule.yml); `default` (a syntax check) first.
 ALL_SCENARIOS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard extensions/molecule/*/molecule.yml)))))
 SCENARIOS := $(filter default,$(ALL_SCENARIOS)) $(filter-out default,$(ALL_SCENARIOS))
@@ -41,16 +43,19 @@ $(VENV)/.installed: requirements.txt constraints.txt
 # Test venv only: modules the tests run on the controller reuse what an earlier task compiled, as on the lab nodes
 # (lab/image/dspark_lab_ansiballz_cache.py says why).
 $(VENV)/.ansiballz-cache: $(VENV)/.installed lab/image/dspark_lab_ansiballz_cache.py lab/image/install_ansiballz_cache.sh
-	bash lab/image/install_ansiballz_cache.sh "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	bash lab/image/install_ansiballz_cache.sh "$(call PURELIB,$(VENV))"
 	touch $@
 
 # Test venvs only: each playbook run reuses the module payloads an earlier run built, while their sources are
-# unchanged (lab/controller/dspark_lab_payload_cache.py says why); on for every target here, off elsewhere.
-PAYLOAD_INSTALL := bash lab/controller/install_payload_cache.sh
-PURELIB = $$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# unchanged (lab/controller/dspark_lab_payload_cache.py says why); on for every target here, off elsewhere. A link,
+# not a copy (the venvs live in the checkout and follow it), imported by a .pth line at each interpreter start.
 export DSPARK_LAB_PAYLOAD_CACHE ?= $(CURDIR)/tests/output/payload-cache
-$(VENV)/.payload-cache: $(VENV)/.installed lab/controller/dspark_lab_payload_cache.py lab/controller/install_payload_cache.sh
-	$(PAYLOAD_INSTALL) "$(call PURELIB,$(VENV))"
+define install_payload_cache
+ln -sfn $(CURDIR)/lab/controller/dspark_lab_payload_cache.py "$(call PURELIB,$(1))/dspark_lab_payload_cache.py"
+echo 'import dspark_lab_payload_cache' >"$(call PURELIB,$(1))/dspark-lab-payload-cache.pth"
+endef
+$(VENV)/.payload-cache: $(VENV)/.installed
+	$(call install_payload_cache,$(VENV))
 	touch $@
 
 # The system packages each entry point needs (Debian names), installed as root when missing; silent when present.
@@ -143,7 +148,7 @@ $(NEWEST_VENV)/.installed: requirements-newest.txt constraints-newest.txt
 	@test -n "$(NEWEST_PYTHON)" || { echo "unit-newest: no Python 3.12+ found (set NEWEST_PYTHON=/path/to/python3.12)"; exit 1; }
 	$(NEWEST_PYTHON) -m venv $(NEWEST_VENV)
 	$(NEWEST_VENV)/bin/pip install -q -r requirements-newest.txt -c constraints-newest.txt
-	$(PAYLOAD_INSTALL) "$(call PURELIB,$(NEWEST_VENV))"
+	$(call install_payload_cache,$(NEWEST_VENV))
 	touch $@
 
 # The constraints files rewritten from what requirements*.txt resolve to today (throwaway venvs without the old

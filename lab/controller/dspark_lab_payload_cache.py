@@ -22,6 +22,7 @@ import importlib.machinery
 import io
 import json
 import os
+import pickle
 import sys
 import zipfile
 
@@ -47,26 +48,32 @@ def valid(manifest):
         return False
 
 
+def read_manifest(path):
+    """A kept payload's manifest ({payload: file name in the store, files: [[path, [size, mtime_ns]], ...]}), or None."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+        name = manifest["payload"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return manifest if isinstance(name, str) and os.sep not in name else None
+
+
 def populate(store, run_cache):
     """Link each valid payload of the store into the run's cache directory, under the name ansible-core looks for."""
     try:
         names = [name for name in os.listdir(store) if name.endswith(".json")]
     except OSError:
-        return 0
-    linked = 0
+        return
     for name in names:
-        try:
-            with open(os.path.join(store, name), encoding="utf-8") as handle:
-                manifest = json.load(handle)
-            payload = os.path.join(store, manifest["payload"])
-            if os.sep in manifest["payload"] or not valid(manifest) or not os.path.isfile(payload):
-                continue
-            os.makedirs(run_cache, exist_ok=True)
-            os.symlink(payload, os.path.join(run_cache, name[:-len(".json")]))
-            linked += 1
-        except (OSError, ValueError, KeyError, TypeError):
+        manifest = read_manifest(os.path.join(store, name))
+        if manifest is None or not valid(manifest) or not os.path.isfile(os.path.join(store, manifest["payload"])):
             continue
-    return linked
+        try:
+            os.makedirs(run_cache, exist_ok=True)
+            os.symlink(os.path.join(store, manifest["payload"]), os.path.join(run_cache, name[:-len(".json")]))
+        except OSError:
+            continue
 
 
 def source_of(member, data, roots):
@@ -110,44 +117,31 @@ def keep(store, run_cache, pid):
     """At the run's exit: add to the store every payload this run built (not those it was given)."""
     if os.getpid() != pid or not os.path.isdir(run_cache):
         return
-    try:
-        from ansible.executor.module_common import _CachedModule  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        return
     roots = None
     for name in os.listdir(run_cache):
         path = os.path.join(run_cache, name)
         if name.endswith((".lock", "-part")) or os.path.islink(path) or not os.path.isfile(path):
             continue
         try:
-            roots = roots or source_roots()
-            files = manifest_files(_CachedModule.load(path).zip_data, roots)
-            if files is None:
-                continue
             with open(path, "rb") as handle:
                 data = handle.read()
+            roots = roots or source_roots()
+            # ansible-core's own cache entry: a pickled object whose zip_data is the base64 payload zip.
+            files = manifest_files(pickle.loads(data).zip_data, roots)
+            if files is None:
+                continue
             os.makedirs(store, mode=0o700, exist_ok=True)
             payload = "%s.%s" % (name, hashlib.sha256(data).hexdigest()[:16])
             write_atomically(os.path.join(store, payload), data)
-            before = previous_payload(os.path.join(store, name + ".json"))
+            before = read_manifest(os.path.join(store, name + ".json"))
             # The manifest is written last: it is what a later run reads first.
             write_atomically(os.path.join(store, name + ".json"),
                              json.dumps({"payload": payload, "files": files}).encode())
-            if before and before != payload:
+            if before and before["payload"] != payload:
                 # A run that linked it finds the link dangling and builds the payload itself, as without the store.
-                os.unlink(os.path.join(store, before))
+                os.unlink(os.path.join(store, before["payload"]))
         except Exception:  # pylint: disable=broad-exception-caught
             continue
-
-
-def previous_payload(manifest_path):
-    """The payload file the current manifest names, if any (the store keeps one payload per module)."""
-    try:
-        with open(manifest_path, encoding="utf-8") as handle:
-            name = json.load(handle)["payload"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return name if isinstance(name, str) and os.sep not in name else None
 
 
 def write_atomically(path, data):
