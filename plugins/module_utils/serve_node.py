@@ -13,8 +13,8 @@ tests feed it canned answers.
   role's verified stamp and the per-file re-check against its record (size, mtime, ctime, inode).
 - Whether the recipe's hotfix tree is whole (every file against the controller's checksums).
 - The firewall's state: nft, the live table, what the last apply recorded.
-- Files the role writes, by content digest and mode, and whether a systemd unit is enabled: when all are as wanted,
-  the role does not reach the tasks that write them.
+- Files the role writes, by content digest, mode and owner, which packages are installed and whether a systemd unit
+  is enabled or active: when all are as wanted, the role does not reach the tasks that write them.
 """
 
 import errno
@@ -66,9 +66,9 @@ def file_digest(path):
     return {'sha256': record['sha256'], 'mode': record['mode']} if record else None
 
 
-def file_current(path, sha256=None, mode=None, kind='file'):
-    """Whether ``path`` is a regular file (or a directory) with that content digest and mode (each when given);
-    with kind 'absent', whether nothing is there."""
+def file_current(path, sha256=None, mode=None, kind='file', uid=None, gid=None):
+    """Whether ``path`` is a regular file (or a directory) with that content digest, mode and owner (each when
+    given); with kind 'absent', whether nothing is there."""
     try:
         info = os.lstat(path)
     except OSError as e:
@@ -81,6 +81,8 @@ def file_current(path, sha256=None, mode=None, kind='file'):
     elif not stat.S_ISREG(info.st_mode):
         return False
     if mode and '%04o' % stat.S_IMODE(info.st_mode) != '%04o' % int(str(mode), 8):
+        return False
+    if (uid is not None and info.st_uid != uid) or (gid is not None and info.st_gid != gid):
         return False
     return not sha256 or (kind != 'directory' and file_sha256(path) == sha256)
 
@@ -104,6 +106,18 @@ def tree_held(directory, sums):
         if file_sha256(os.path.join(directory, name)) != found.group(1):
             return False
     return True
+
+
+def packages_installed(names, rc, stdout):
+    """`dpkg-query --show --showformat '${Package} ${db:Status-Abbrev}\\n' NAME...`: name -> whether it is installed
+    (status `ii`). A name dpkg does not know, or no dpkg at all, reads as not installed; rc is 1 when any is unknown,
+    so the output decides."""
+    found = {}
+    for line in (stdout or '').splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            found[parts[0].split(':')[0]] = parts[1] == 'ii'
+    return dict((name, bool(found.get(name))) for name in names) if rc in (0, 1) else dict((n, False) for n in names)
 
 
 def cache_read_only(rc, stdout):
@@ -268,8 +282,13 @@ def read_node(params, run):
             firewall['state'] = state if isinstance(state, dict) else None
         result['firewall'] = firewall
 
-    result['files'] = dict((f['path'], file_current(f['path'], f.get('sha256'), f.get('mode'), f.get('kind') or 'file'))
+    result['files'] = dict((f['path'], file_current(f['path'], f.get('sha256'), f.get('mode'), f.get('kind') or 'file',
+                                                    f.get('uid'), f.get('gid')))
                            for f in p.get('files') or [])
+    result['packages'] = {}
+    if p.get('packages'):
+        rc, out, dummy = run(['dpkg-query', '--show', '--showformat', '${Package} ${db:Status-Abbrev}\n'] + list(p['packages']))
+        result['packages'] = packages_installed(p['packages'], rc, out)
     result['digests'] = dict((path, file_digest(path)) for path in p.get('digests') or [])
     result['units'] = {}
     for unit in p.get('units') or []:

@@ -26,8 +26,9 @@ description:
     the last apply recorded (O(firewall_state)).
   - Whether each of O(files) has the wanted content digest and mode, and whether each of O(units) is enabled.
   - Never changes anything. Every docker, findmnt, nft and systemctl call is bounded by O(timeout).
-  - The C(dspark.cluster.monitoring) role reads node_exporter's firewall with it too (O(firewall_table),
-    O(firewall_state), O(files) and O(units) only).
+  - Which of O(packages) are installed.
+  - The C(dspark.cluster.monitoring) role reads node_exporter's node with it too (O(firewall_table),
+    O(firewall_state), O(files), O(packages), O(units) and O(active_units) only).
 author:
   - dspark.cluster contributors (@dspark)
 options:
@@ -139,6 +140,18 @@ options:
         type: str
         choices: [file, directory, absent]
         default: file
+      uid:
+        description: The wanted owner's uid (not compared when omitted).
+        type: int
+      gid:
+        description: The wanted group's gid (not compared when omitted).
+        type: int
+  packages:
+    description:
+      - Distribution packages whose installed state (C(dpkg-query), status C(ii)) RV(packages) returns.
+    type: list
+    elements: str
+    default: []
   digests:
     description:
       - Files that hold no secret (the compose file) whose content sha256 and octal mode RV(digests) returns, so that
@@ -169,7 +182,7 @@ attributes:
   platform:
     support: full
     platforms: posix
-    description: Linux with findmnt (util-linux); docker, nft and systemctl where those parts are asked for.
+    description: Linux with findmnt (util-linux); docker, nft, systemctl and dpkg-query where those parts are asked for.
 """
 
 EXAMPLES = r"""
@@ -248,9 +261,14 @@ firewall:
   type: dict
   returned: always
 files:
-  description: Path -> whether it has the wanted kind, digest and mode.
+  description: Path -> whether it has the wanted kind, digest, mode and owner.
   type: dict
   returned: always
+packages:
+  description: Package of O(packages) -> whether it is installed.
+  type: dict
+  returned: always
+  sample: {"prometheus-node-exporter": true}
 digests:
   description: O(digests) path -> its content's sha256 and octal mode, null when absent or not a regular file.
   type: dict
@@ -318,7 +336,10 @@ def main():
                 sha256=dict(type='str'),
                 mode=dict(type='str'),
                 kind=dict(type='str', choices=['file', 'directory', 'absent'], default='file'),
+                uid=dict(type='int'),
+                gid=dict(type='int'),
             )),
+            packages=dict(type='list', elements='str', default=[]),
             units=dict(type='list', elements='str', default=[]),
             active_units=dict(type='list', elements='str', default=[]),
             digests=dict(type='list', elements='path', default=[]),

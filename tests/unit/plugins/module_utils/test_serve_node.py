@@ -95,6 +95,35 @@ def test_file_current_compares_content_mode_and_kind(tmp_path):
     assert not sn.file_current(str(tmp_path / "dangling"), kind="absent")
 
 
+def test_file_current_compares_the_owner_when_asked(tmp_path):
+    path = tmp_path / "f"
+    path.write_text("x\n")
+    me, group = os.getuid(), os.getgid()
+    assert sn.file_current(str(path), sha("x\n"), None, "file", me, group)
+    assert not sn.file_current(str(path), sha("x\n"), None, "file", me + 1, group)
+    assert not sn.file_current(str(path), None, None, "file", None, group + 1)
+    assert sn.file_current(str(tmp_path), None, None, "directory", me, None)
+    assert not sn.file_current(str(tmp_path), None, None, "directory", me + 1, None)
+
+
+def test_packages_installed_from_dpkg_query():
+    out = "prometheus-node-exporter ii \nnftables rc \nlibc6 ii \n"
+    assert sn.packages_installed(["prometheus-node-exporter", "nftables", "absent-one"], 1, out) == {
+        "prometheus-node-exporter": True, "nftables": False, "absent-one": False}
+    # multi-arch names carry no architecture in ${Package}; any other answer (no dpkg) reads as not installed
+    assert sn.packages_installed(["libc6"], 0, "libc6 ii \n") == {"libc6": True}
+    assert sn.packages_installed(["libc6"], 127, "") == {"libc6": False}
+    assert sn.packages_installed(["libc6"], 2, "libc6 ii \n") == {"libc6": False}
+
+
+def test_read_node_asks_dpkg_once_for_every_package(tmp_path):
+    run = Runner({"dpkg-query": (1, "a ii \n", "dpkg-query: no packages found matching b")})
+    result = sn.read_node(params(tmp_path, packages=["a", "b"]), run)
+    assert result["packages"] == {"a": True, "b": False}
+    assert len(run.calls) == 1 and run.calls[0][-2:] == ["a", "b"]
+    assert sn.read_node(params(tmp_path), Runner({}))["packages"] == {}
+
+
 def test_file_digest_of_a_regular_file_only(tmp_path):
     path = tmp_path / "compose.yaml"
     path.write_text("name: x\n")
