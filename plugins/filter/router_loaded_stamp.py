@@ -19,9 +19,9 @@ author:
 options:
   _input:
     description: The C(results) of an C(ansible.builtin.stat) loop over the files (each with C(item), the path), read
-      with C(get_checksum) and C(checksum_algorithm=sha256).
-    type: list
-    elements: dict
+      with C(get_checksum) and C(checksum_algorithm=sha256); or a dictionary of each path to the text the role writes
+      there (null for no file), for the record a converged router holds.
+    type: raw
     required: true
 """
 

@@ -26,7 +26,7 @@ description:
     the last apply recorded (O(firewall_state)).
   - Whether each of O(files) has the wanted content digest and mode, and whether each of O(units) is enabled.
   - Never changes anything. Every docker, findmnt, nft and systemctl call is bounded by O(timeout).
-  - Which of O(packages) are installed.
+  - Which of O(packages) are installed, and whether systemd must reload a unit's files first (O(reload_units)).
   - The C(dspark.cluster.monitoring) role reads node_exporter's node with it too (O(firewall_table),
     O(firewall_state), O(files), O(packages), O(units) and O(active_units) only).
 author:
@@ -136,9 +136,9 @@ options:
         description: The wanted octal mode, e.g. C("0600") (not compared when omitted).
         type: str
       kind:
-        description: A regular file or a directory; V(absent) is current when nothing is at O(files[].path).
+        description: A regular file, a directory or a socket; V(absent) is current when nothing is at O(files[].path).
         type: str
-        choices: [file, directory, absent]
+        choices: [file, directory, socket, absent]
         default: file
       uid:
         description: The wanted owner's uid (not compared when omitted).
@@ -146,6 +146,38 @@ options:
       gid:
         description: The wanted group's gid (not compared when omitted).
         type: int
+  secret_files:
+    description:
+      - Files that hold a secret, compared as O(files) (their paths in RV(files)); each O(secret_files[].sha256) is
+        hidden from logs and results (no_log), so the digest of a secret never shows.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The file.
+        type: path
+        required: true
+      sha256:
+        description: The wanted sha256 of its content.
+        type: str
+        required: true
+      mode:
+        description: The wanted octal mode.
+        type: str
+      uid:
+        description: The wanted owner's uid.
+        type: int
+      gid:
+        description: The wanted group's gid.
+        type: int
+  reload_units:
+    description:
+      - systemd units whose C(NeedDaemonReload) RV(need_daemon_reload) returns (a unit file changed since systemd
+        loaded it).
+    type: list
+    elements: str
+    default: []
   packages:
     description:
       - Distribution packages whose installed state (C(dpkg-query), status C(ii)) RV(packages) returns.
@@ -282,6 +314,10 @@ active:
   description: Unit of O(active_units) -> whether C(systemctl is-active) says C(active).
   type: dict
   returned: always
+need_daemon_reload:
+  description: Unit of O(reload_units) -> whether systemd must reload its unit files first (true also when unknown).
+  type: dict
+  returned: always
 """
 
 import subprocess
@@ -335,10 +371,18 @@ def main():
                 path=dict(type='path', required=True),
                 sha256=dict(type='str'),
                 mode=dict(type='str'),
-                kind=dict(type='str', choices=['file', 'directory', 'absent'], default='file'),
+                kind=dict(type='str', choices=['file', 'directory', 'socket', 'absent'], default='file'),
                 uid=dict(type='int'),
                 gid=dict(type='int'),
             )),
+            secret_files=dict(type='list', elements='dict', default=[], options=dict(
+                path=dict(type='path', required=True),
+                sha256=dict(type='str', required=True, no_log=True),
+                mode=dict(type='str'),
+                uid=dict(type='int'),
+                gid=dict(type='int'),
+            )),
+            reload_units=dict(type='list', elements='str', default=[]),
             packages=dict(type='list', elements='str', default=[]),
             units=dict(type='list', elements='str', default=[]),
             active_units=dict(type='list', elements='str', default=[]),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 
 from ansible_collections.dspark.cluster.plugins.plugin_utils._dockerd_drift import properties
@@ -45,8 +46,15 @@ def checksums(stat_results):
 
 
 def stamp(stat_results):
-    """The record's text for these files: what HAProxy runs once this run's reload (if any) is done."""
-    return json.dumps({"version": VERSION, "loaded": checksums(stat_results)}, sort_keys=True, indent=1) + "\n"
+    """The record's text for these files: what HAProxy runs once this run's reload (if any) is done. ``stat_results``
+    may also be {path: the file's wanted text, or None for no file}: the record a converged router holds (the role's
+    read compares it, so a router whose record and files are all as wanted skips the writes)."""
+    if isinstance(stat_results, dict):
+        loaded = {str(path): None if text is None else hashlib.sha256(str(text).encode("utf-8")).hexdigest()
+                  for path, text in stat_results.items()}
+    else:
+        loaded = checksums(stat_results)
+    return json.dumps({"version": VERSION, "loaded": loaded}, sort_keys=True, indent=1) + "\n"
 
 
 def _record(slurped):

@@ -1,6 +1,6 @@
 """The router role's reload after an aborted run (issue #26 point 8), its own tasks under real Ansible, on the controller.
 
-The tasks of roles/router/tasks/haproxy.yml that judge and record (read the unit, read the files, read the record,
+The tasks of roles/router/tasks/haproxy_apply.yml that judge and record (read the unit, read the files, read the record,
 decide, the debug that notifies `Reload HAProxy`, flush_handlers, read again, write the record) are taken from the role
 file by name and run in order around a stand-in for the configuration write (a copy that notifies the handler, as the
 template does), with a stand-in handler, a fake `systemctl` on PATH and every path under a temporary directory (owner
@@ -21,7 +21,7 @@ import sys
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-TASKS = os.path.join(ROOT, "roles", "router", "tasks", "haproxy.yml")
+TASKS = os.path.join(ROOT, "roles", "router", "tasks", "haproxy_apply.yml")
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 RECAP = re.compile(r"^localhost\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 BEFORE = ["Read whether HAProxy runs and whether systemd loaded its unit files since they changed",

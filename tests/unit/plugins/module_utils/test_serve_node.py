@@ -106,6 +106,36 @@ def test_file_current_compares_the_owner_when_asked(tmp_path):
     assert not sn.file_current(str(tmp_path), None, None, "directory", me + 1, None)
 
 
+def test_file_current_of_a_socket(tmp_path):
+    import socket
+    path = str(tmp_path / "admin.sock")
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(path)
+        os.chmod(path, 0o600)
+        assert sn.file_current(path, None, "0600", "socket")
+        assert not sn.file_current(path, None, "0660", "socket")
+        assert not sn.file_current(path, None, None, "file") and not sn.file_current(str(tmp_path), None, None, "socket")
+        # a digest never makes a socket current
+        assert not sn.file_current(path, sha(""), None, "socket")
+    finally:
+        server.close()
+
+
+def test_secret_files_are_compared_like_files_and_units_needing_a_reload_are_named(tmp_path):
+    conf = tmp_path / "keepalived.conf"
+    conf.write_text("auth_pass x\n")
+    os.chmod(str(conf), 0o600)
+    run = Runner({"systemctl show a.service": (0, "no\n", ""), "systemctl show b.service": (0, "yes\n", ""),
+                  "systemctl show c.service": (1, "", "Failed to connect to bus")})
+    result = sn.read_node(params(tmp_path, secret_files=[{"path": str(conf), "sha256": sha("auth_pass x\n"), "mode": "0600"},
+                                                         {"path": str(tmp_path / "absent"), "sha256": sha("")}],
+                                 reload_units=["a.service", "b.service", "c.service"]), run)
+    assert result["files"] == {str(conf): True, str(tmp_path / "absent"): False}
+    assert result["need_daemon_reload"] == {"a.service": False, "b.service": True, "c.service": True}
+    assert ["systemctl", "show", "a.service", "--property=NeedDaemonReload", "--value"] in run.calls
+
+
 def test_packages_installed_from_dpkg_query():
     out = "prometheus-node-exporter ii \nnftables rc \nlibc6 ii \n"
     assert sn.packages_installed(["prometheus-node-exporter", "nftables", "absent-one"], 1, out) == {

@@ -42,3 +42,21 @@ def test_runner_bounds_and_reports_missing_commands():
     assert run(["no-such-command-here", "x"])[0] == 127
     assert run(["/bin/sh", "-c", "echo out; echo err >&2"]) == (0, "out\n", "err\n")
     assert serve_node_info.runner(Fake(), 1)(["/bin/sh", "-c", "sleep 3"])[0] == 124
+
+
+def test_a_secret_files_digest_is_hidden_from_the_result(tmp_path, capsys):
+    """The digest of a file holding a secret (keepalived.conf) is compared on the node and never comes back."""
+    import hashlib
+    conf = tmp_path / "keepalived.conf"
+    conf.write_text("auth_pass lab-vrrp\n")
+    digest = hashlib.sha256(b"auth_pass lab-vrrp\n").hexdigest()
+    args = {"docker_path": str(tmp_path / "no-docker"), "secret_files": [{"path": str(conf), "sha256": digest}],
+            "timeout": 5, "_ansible_verbosity": 4}
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            serve_node_info.main()
+    out = capsys.readouterr().out
+    result = json.loads(out)
+    assert digest not in out and result["files"] == {str(conf): True}
+    # the arguments do come back (the invocation), with the digest masked
+    assert result["invocation"]["module_args"]["secret_files"][0]["path"] == str(conf)

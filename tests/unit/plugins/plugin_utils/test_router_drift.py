@@ -47,6 +47,16 @@ def test_the_record_names_every_file_and_a_missing_one_as_null():
     assert text.endswith("\n") and text == drift.stamp([stat(PEM), stat(CFG, OLD)])   # same files, same text
 
 
+def test_the_record_from_the_wanted_texts_is_the_record_of_those_files_on_disk():
+    """A converged router's record, worked out from the texts the role writes, is byte for byte what the role wrote
+    after reading those files back (so the read can compare it instead of the role rewriting it)."""
+    import hashlib
+    config = "global\n  maxconn 100\n"
+    wanted = StampFilter().filters()["router_loaded_stamp"]({CFG: config, PEM: None})
+    assert wanted == drift.stamp([stat(CFG, hashlib.sha256(config.encode()).hexdigest()), stat(PEM)])
+    assert wanted != drift.stamp([stat(CFG, OLD), stat(PEM)])
+
+
 def test_running_the_recorded_files_needs_nothing():
     assert reason(show(), recorded(stat(CFG, OLD), stat(PEM)), stat(CFG, OLD), stat(PEM)) == {"reload": "", "daemon_reload": False}
     with_tls = recorded(stat(CFG, OLD), stat(PEM, KEY))
