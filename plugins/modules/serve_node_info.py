@@ -375,7 +375,7 @@ def main():
                 uid=dict(type='int'),
                 gid=dict(type='int'),
             )),
-            secret_files=dict(type='list', elements='dict', default=[], options=dict(
+            secret_files=dict(type='list', elements='dict', default=[], no_log=False, options=dict(
                 path=dict(type='path', required=True),
                 sha256=dict(type='str', required=True, no_log=True),
                 mode=dict(type='str'),
