@@ -80,11 +80,25 @@ BENCHMARKS = {
         "title": "No-op re-run of playbooks/monitoring.yml",
         "script": "bench/bench_monitoring_noop.py",
         "measures": "`playbooks/monitoring.yml` run again on the converged fleet lab (SIMULATOR image), beside the "
-                    "commit before its plan was pinned once per host and run (same script, same lab): the "
-                    "controller's CPU, the machine's, the wall time and the host-tasks.",
+                    "commit before its plan was pinned once per host and run and each exporter host decided on one "
+                    "read (same script, same lab): the controller's CPU, the machine's, the wall time and the "
+                    "host-tasks.",
         "numbers": [("controller CPU (s)", "controller_cpu_s"), ("baseline: controller CPU (s)", "baseline.controller_cpu_s"),
-                    ("ratio", "controller_cpu_over_baseline"),
+                    ("ratio", "controller_cpu_s_over_baseline"),
                     ("machine CPU (s)", "machine_cpu_s"), ("baseline: machine CPU (s)", "baseline.machine_cpu_s"),
+                    ("wall (s)", "wall_s"), ("baseline: wall (s)", "baseline.wall_s"),
+                    ("host-tasks", "host_tasks"), ("baseline: host-tasks", "baseline.host_tasks")],
+    },
+    "router_noop.json": {
+        "title": "No-op re-run of playbooks/router.yml",
+        "script": "bench/bench_router_noop.py",
+        "measures": "`playbooks/router.yml` run again on the converged fleet lab's two routers (one at a time, as "
+                    "it converges them), beside the commit before each router was decided on one read for HAProxy "
+                    "and one for keepalived (same script, same lab): the machine's CPU, the controller's, the wall "
+                    "time and the host-tasks.",
+        "numbers": [("machine CPU (s)", "machine_cpu_s"), ("baseline: machine CPU (s)", "baseline.machine_cpu_s"),
+                    ("ratio", "machine_cpu_s_over_baseline"),
+                    ("controller CPU (s)", "controller_cpu_s"), ("baseline: controller CPU (s)", "baseline.controller_cpu_s"),
                     ("wall (s)", "wall_s"), ("baseline: wall (s)", "baseline.wall_s"),
                     ("host-tasks", "host_tasks"), ("baseline: host-tasks", "baseline.host_tasks")],
     },
