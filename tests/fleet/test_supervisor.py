@@ -7,6 +7,8 @@ Needs the fleet lab up and serving (`make lab-fleet`, then site.yml); the lab is
 (`make supervisortest`). Every test leaves its group serving again (serve.yml --limit <group>).
 """
 
+import os
+import signal
 import time
 
 import pytest
@@ -131,9 +133,14 @@ def test_watch_leaves_a_group_alone_while_a_reprovision_holds_it(state, tmp_path
     # only checks the links, and nothing is restarted): CI time.
     proc = start_fleet("reprovision", "-i", INVENTORY, "--groups", GROUP, "--tags", "fabric", "--plain",
                        "--state-dir", state, "--artifacts", tmp_path / "reprovision", log=tmp_path / "reprovision.log")
+    stopped = False
     try:
         held = wait_for(lambda: lock_file.exists() and '"reprovision"' in lock_file.read_text(), 600, 0.5)
         assert held, (tmp_path / "reprovision.log").read_text()[-3000:]
+        # Paused while it holds the lock (a stopped process keeps its flock): otherwise a fast reprovision can end
+        # before watch looks, and the test would race it. It goes on, as it was, once watch is done.
+        os.kill(proc.pid, signal.SIGSTOP)
+        stopped = True
         rc, out = watch(state, "--once")
         still = lock_file.read_text()
         assert rc == 1, out[-3000:]
@@ -142,6 +149,8 @@ def test_watch_leaves_a_group_alone_while_a_reprovision_holds_it(state, tmp_path
         assert records[0]["holder"]["purpose"] == "reprovision" and records[0]["holder"]["pid"] == proc.pid
         assert '"reprovision"' in still                   # the reprovision still held it when watch was done
     finally:
+        if stopped:
+            os.kill(proc.pid, signal.SIGCONT)
         proc.wait(timeout=1500)
     assert proc.returncode == 0, (tmp_path / "reprovision.log").read_text()[-3000:]
     rc, out = watch(state, "--once")
