@@ -58,5 +58,6 @@ def test_a_secret_files_digest_is_hidden_from_the_result(tmp_path, capsys):
     out = capsys.readouterr().out
     result = json.loads(out)
     assert digest not in out and result["files"] == {str(conf): True}
-    # the arguments do come back (the invocation), with the digest masked
-    assert result["invocation"]["module_args"]["secret_files"][0]["path"] == str(conf)
+    # where the arguments come back (ansible-core 2.19 returns the invocation; 2.21 does not), the digest is masked
+    if "invocation" in result:
+        assert result["invocation"]["module_args"]["secret_files"][0]["path"] == str(conf)
