@@ -192,20 +192,19 @@ converge-mitogen: prereqs-lab venv
 	  $(BIN)/python tests/ci/converge_twice.py $(BIN)/ansible-playbook inventories/lab/hosts.yml site.yml; rc=$$?; \
 	  $(MAKE) --no-print-directory lab-down; exit $$rc
 
-# The REAL-ENGINE lab (make lab-real): real_pair converged twice with the newest ansible-core (the converge and
-# idempotence of issue #15 point 1; the second run changed=0), then the rest of the lab (sim_pair and the router) with
-# the venv's (a third run over the converged real pair would prove nothing more), then playbooks/status.yml inside the
+# The REAL-ENGINE lab (make lab-real): the whole lab (real_pair, sim_pair and the router) converged twice with the
+# newest ansible-core in one run each (the converge and idempotence of issue #15 point 1; the second run changed=0;
+# the venv's core runs site.yml on the real pair in the roll), then playbooks/status.yml inside the
 # execution environment (tests/real/test_real_ee.py), the API edge and the simulator's authentication against the
 # engine (test_real_edge.py, test_auth_parity.py), `dspark-fleet acceptance` end to end (test_real_acceptance.py),
-# LMCache beside both ranks (test_real_lmcache.py: a prompt read from its disk tier after the group restarted, a
-# killed server named and repaired), the real group rolled through the router under load (test_real_roll.py) and
-# tests/real/test_real_engine.py (real vLLM: the proof, chat through the OpenAI client, the leak sweep, a killed
-# worker brought back by dspark-fleet watch, stop); the lab is taken down afterwards.
+# LMCache beside both ranks (test_real_lmcache.py: a killed server and a killed worker named, the group brought back
+# by dspark-fleet watch in one restart, a prompt then read from the disk tier), the real group rolled through the
+# router under load (test_real_roll.py) and tests/real/test_real_engine.py (real vLLM: the proof, chat through the
+# OpenAI client, the leak sweep, stop); the lab is taken down afterwards.
 realtest: prereqs-lab venv $(SIM_TAR) $(NEWEST_VENV)/.installed ee-image
 	bash lab/real.sh up
 	DSPARK_VLLM_SRC=$$(bash tests/ci/vllm_source.sh) $(BIN)/pytest -q $(VLLM_NAMES_TEST) && \
-	  $(BIN)/python tests/ci/converge_twice.py $(NEWEST_VENV)/bin/ansible-playbook $(LAB_REAL) site.yml --limit real_pair && \
-	  $(BIN)/ansible-playbook -i $(LAB_REAL) site.yml --limit 'all:!real_pair' && \
+	  $(BIN)/python tests/ci/converge_twice.py $(NEWEST_VENV)/bin/ansible-playbook $(LAB_REAL) site.yml && \
 	  DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q -s tests/real/test_real_ee.py tests/real/test_real_edge.py tests/real/test_auth_parity.py \
 	    tests/real/test_real_acceptance.py tests/real/test_real_lmcache.py tests/real/test_real_roll.py \
 	    tests/real/test_real_engine.py; rc=$$?; \

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The lab's image registry (issue #15 point 2): Debian's own `docker-registry` package (lab/registry/Dockerfile, built
 # on the lab node image, nothing pulled from a registry) in a container named dspark-lab-registry. It sits on the
-# default bridge with port 5000 published on 127.0.0.1:$REGISTRY_HOST_PORT (this host pushes there: dockerd trusts
-# 127.0.0.0/8 over plain HTTP by default) and joins the lab's management network at the subnet's .250 (the nodes
-# pull from there: they list it in docker_runtime_insecure_registries). `up` pushes the SIMULATOR image
-# dspark-lab/vllm-sim:latest and writes, under .lab/registry/:
+# default bridge with port 5000 published on 127.0.0.1:$REGISTRY_HOST_PORT (this host puts the image there, over
+# plain HTTP) and joins the lab's management network at the subnet's .250 (the nodes pull from there: they list it
+# in docker_runtime_insecure_registries). `up` puts the SIMULATOR image dspark-lab/vllm-sim:latest into it with
+# uncompressed layers (registry_push.py, not `docker push`: nothing gzipped, nothing gunzipped on pull) and writes,
+# under .lab/registry/:
 #   address     ADDRESS:5000, the registry as the nodes reach it
 #   image       ADDRESS:5000/dspark-lab/vllm-sim@sha256:..., the pinned reference (dspark_image)
 #   vars.yml    the three variables that switch a lab run to the registry path:
 #               ansible-playbook -i inventories/lab/hosts.yml site.yml -e @.lab/registry/vars.yml
-# Every step checks first; `up` again re-pushes (layers already there: seconds) and rewrites the same files.
+# Every step checks first; `up` again finds the image there (nothing uploaded: seconds) and rewrites the same files.
 # A rebuilt simulator gets a new digest: run `up` again. `lab.sh down` detaches the registry from the lab's
 # network (it keeps running on the bridge); `down` here removes it and .lab/registry.
 # Usage: registry.sh up | down [--purge] | status   [-i INVENTORY]   (default: inventories/lab/hosts.yml)
@@ -155,17 +156,17 @@ wait_ready() {
   done
 }
 
-# Push the image and print its digest (the registry's manifest digest, read back from RepoDigests and checked
-# against the registry itself).
+# Put the image into the registry and print its digest (the manifest's, checked against the registry itself).
+# registry_push.py, not `docker push`: it uploads the layers UNCOMPRESSED through the registry's HTTP API (dockerd
+# gzips every layer on push, ~100 s of CPU for the 2.8 GB real-engine image on 2 cores, and each node gunzips it on
+# pull); the image ID of a pull stays the host's. Layers already there are not sent again.
 push() {
-  local local_ref="127.0.0.1:$HOST_PORT/$REPO_PATH" digest answer
+  local digest answer
   docker image inspect "$PUSH_IMAGE" >/dev/null 2>&1 ||
     die "$PUSH_IMAGE is missing: build it first (bash lab/simulator/build.sh)"
-  docker tag "$PUSH_IMAGE" "$local_ref:latest"
-  docker push -q "$local_ref:latest" >/dev/null 2>&1 || docker push "$local_ref:latest" >&2 || die "pushing $local_ref:latest failed"
-  digest=$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$local_ref:latest" |
-    awk -F@ -v repo="$local_ref" '$1 == repo {print $2; exit}')
-  [[ $digest == sha256:* ]] || die "no digest for $local_ref in the RepoDigests of $PUSH_IMAGE after the push"
+  digest=$(python3 "$LAB_DIR/registry_push.py" "$PUSH_IMAGE" "127.0.0.1:$HOST_PORT" "$REPO_PATH" latest) ||
+    die "putting $PUSH_IMAGE into the registry as $REPO_PATH:latest failed (see above)"
+  [[ $digest == sha256:* ]] || die "registry_push.py printed no digest for $REPO_PATH:latest: '$digest'"
   answer=$(http_status "http://127.0.0.1:$HOST_PORT/v2/$REPO_PATH/manifests/$digest" HEAD)
   [[ $answer == 200 ]] || die "the registry does not serve $REPO_PATH@$digest after the push (HTTP $answer)"
   echo "$digest"
@@ -188,7 +189,7 @@ VARS
   mv "$STATE/address.tmp" "$STATE/address"
   mv "$STATE/image.tmp" "$STATE/image"
   mv "$STATE/vars.yml.tmp" "$STATE/vars.yml"
-  log "$PUSH_IMAGE is $ref (RepoDigests: 127.0.0.1:$HOST_PORT/$REPO_PATH@$digest)"
+  log "$PUSH_IMAGE is $ref (put with uncompressed layers: 127.0.0.1:$HOST_PORT/$REPO_PATH@$digest)"
   log "dspark_image: $ref"
 }
 
@@ -215,7 +216,7 @@ cmd_down() {
     log "removing $NAME"
     docker rm -f "$NAME" >/dev/null
   fi
-  # Only the host's push tag goes; the image itself keeps its own name.
+  # The host's push tag of the old `docker push` (none is made now; harmless when absent); the image keeps its name.
   docker rmi "127.0.0.1:$HOST_PORT/$REPO_PATH:latest" >/dev/null 2>&1 || true
   rm -rf "$STATE"
   if [[ $purge == --purge ]] && docker image inspect "$IMAGE" >/dev/null 2>&1; then

@@ -1,7 +1,7 @@
 """`dspark-fleet acceptance` end to end on the real-engine pair (issue #43 part 2): the full qualification, site.yml
 with its proof, a short streamed load test through the head's API edge (the key read from the inventory), then the
 bundle. Its numbers are recorded in the report; every hardware expectation is not applicable here (no GPU, no RDMA:
-the nodes are containers). --kill-rank is left out (a real restart costs minutes on 2 cores; test_real_engine.py's
+the nodes are containers). --kill-rank is left out (a real restart costs minutes on 2 cores; test_real_lmcache.py's
 killed worker proves `watch`'s restart).
 
 Run before test_real_engine.py (its killed-worker and stop tests change the group). By hand, on a converged lab:
