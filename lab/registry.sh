@@ -4,7 +4,7 @@
 # default bridge with port 5000 published on 127.0.0.1:$REGISTRY_HOST_PORT (this host puts the image there, over
 # plain HTTP) and joins the lab's management network at the subnet's .250 (the nodes pull from there: they list it
 # in docker_runtime_insecure_registries). `up` puts the SIMULATOR image dspark-lab/vllm-sim:latest into it with
-# uncompressed layers (registry_push.py, not `docker push`: nothing gzipped, nothing gunzipped on pull) and writes,
+# uncompressed layers (registry_push.py, not `docker push`: nothing gzipped on push) and writes,
 # under .lab/registry/:
 #   address     ADDRESS:5000, the registry as the nodes reach it
 #   image       ADDRESS:5000/dspark-lab/vllm-sim@sha256:..., the pinned reference (dspark_image)
@@ -158,8 +158,8 @@ wait_ready() {
 
 # Put the image into the registry and print its digest (the manifest's, checked against the registry itself).
 # registry_push.py, not `docker push`: it uploads the layers UNCOMPRESSED through the registry's HTTP API (dockerd
-# gzips every layer on push, ~100 s of CPU for the 2.8 GB real-engine image on 2 cores, and each node gunzips it on
-# pull); the image ID of a pull stays the host's. Layers already there are not sent again.
+# gzips every layer on push: 119 machine CPU-s for the 2.8 GB real-engine image on 2 cores, 45 this way); the image
+# ID of a pull stays the host's. Layers already there are not sent again.
 push() {
   local digest answer
   docker image inspect "$PUSH_IMAGE" >/dev/null 2>&1 ||

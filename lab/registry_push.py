@@ -1,14 +1,13 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: contributors to dspark.cluster
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Put a local Docker image into a registry with UNCOMPRESSED layers, through the registry HTTP API v2
 (https://distribution.github.io/distribution/spec/api/). lab/registry.sh runs it in place of `docker push`.
 
-Why: dockerd gzips every layer on push (about 100 s of CPU for the 2.8 GB real-engine image on the 2-core CI
-machine) and every node's dockerd gunzips it again on pull. A layer sent as the plain tar that `docker save` emits
-costs neither: its digest is its diff_id, and a pull applies it as it is (Docker detects the compression of what it
-downloads; none is fine).
+Why: dockerd gzips every layer on push (the 2.8 GB real-engine image's push took 119 machine CPU-seconds on the
+2-core CI machine, 45 this way: bench/results/registry_push.json). A layer sent as the plain tar that `docker save`
+emits is not compressed at all: its digest is its diff_id, and a pull applies it as it is (Docker detects the
+compression of what it downloads; none is fine; the pull costs about the same as a gzipped one).
 
 Usage: registry_push.py IMAGE REGISTRY_HOSTPORT REPO_PATH [TAG]
   e.g. registry_push.py dspark-lab/vllm-cpu:0.32.0 127.0.0.1:5998 dspark-lab/vllm-cpu latest
@@ -286,8 +285,8 @@ class Registry:
         if answered and answered != digest:
             raise PushError("the registry stored %s as %s" % (digest, answered))
         seconds = time.monotonic() - start
-        log("stored %s (%s in %.1f s%s)" % (digest, human(size), seconds,
-                                             ", %s/s" % human(size / seconds) if seconds > 1 else ""))
+        rate = ", %s/s" % human(size / seconds) if seconds > 1 else ""
+        log("stored %s (%s in %.1f s%s)" % (digest, human(size), seconds, rate))
         return digest
 
     def get_manifest(self, reference):
@@ -368,8 +367,8 @@ def push(image, hostport, repo, tag="latest"):
         sizes.update(upload_from_save(image, wanted, registry))
     body = build_manifest(MANIFEST_TYPE, (config, sizes[config]), [(d, sizes[d]) for d in diff_ids])
     digest = registry.put_manifest(tag, MANIFEST_TYPE, body)
-    log("%s:%s is %s (%s, %s uncompressed)" % (repo, tag, digest, MANIFEST_TYPE,
-                                              human(sum(sizes[d] for d in diff_ids))))
+    total = human(sum(sizes[d] for d in diff_ids))
+    log("%s:%s is %s (%s, %s uncompressed)" % (repo, tag, digest, MANIFEST_TYPE, total))
     return digest
 
 

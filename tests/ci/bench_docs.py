@@ -89,6 +89,25 @@ BENCHMARKS = {
                     ("wall (s)", "wall_s"), ("baseline: wall (s)", "baseline.wall_s"),
                     ("host-tasks", "host_tasks"), ("baseline: host-tasks", "baseline.host_tasks")],
     },
+    "registry_push.json": {
+        "title": "The lab registry's image upload",
+        "script": "bench/bench_registry_push.py",
+        "measures": "The real-engine image put into an empty lab registry and pulled by digest on a lab node, once "
+                    "by `docker push` (dockerd gzips every layer, the node's dockerd gunzips it) and once by "
+                    "`lab/registry_push.py` (the layers as `docker save` writes them, uncompressed): the machine's "
+                    "CPU (host dockerd, registry, uploader, the node's dockerd) and the wall time of each step.",
+        "numbers": [("push and pull, machine CPU, uncompressed (s)", "uncompressed_upload.cpu_s"),
+                    ("push and pull, machine CPU, docker push (s)", "docker_push.cpu_s"),
+                    ("ratio", "cpu_ratio"),
+                    ("push: machine CPU, uncompressed (s)", "uncompressed_upload.push_cpu_s"),
+                    ("push: machine CPU, docker push (s)", "docker_push.push_cpu_s"),
+                    ("pull: machine CPU, uncompressed (s)", "uncompressed_upload.pull_cpu_s"),
+                    ("pull: machine CPU, docker push (s)", "docker_push.pull_cpu_s"),
+                    ("push wall, uncompressed (s)", "uncompressed_upload.push_wall_s"),
+                    ("push wall, docker push (s)", "docker_push.push_wall_s"),
+                    ("pull wall, uncompressed (s)", "uncompressed_upload.pull_wall_s"),
+                    ("pull wall, docker push (s)", "docker_push.pull_wall_s")],
+    },
     "router_noop.json": {
         "title": "No-op re-run of playbooks/router.yml",
         "script": "bench/bench_router_noop.py",

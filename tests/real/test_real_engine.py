@@ -23,7 +23,6 @@ from reallab import (GROUP, GROUP_VARS, HEAD, HEAD_API, INVENTORY, KEYS, MODEL, 
                      fleet, node, playbook, rank_state)
 
 
-
 def client(key=KEYS[0]):
     return openai.OpenAI(base_url=HEAD_API, api_key=key, timeout=120, max_retries=0)
 
