@@ -216,8 +216,6 @@ cmd_down() {
     log "removing $NAME"
     docker rm -f "$NAME" >/dev/null
   fi
-  # The host's push tag of the old `docker push` (none is made now; harmless when absent); the image keeps its name.
-  docker rmi "127.0.0.1:$HOST_PORT/$REPO_PATH:latest" >/dev/null 2>&1 || true
   rm -rf "$STATE"
   if [[ $purge == --purge ]] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
     log "removing image $IMAGE"
