@@ -37,7 +37,7 @@ MEDIA_TYPES = {
     MANIFEST_DOCKER: ("application/vnd.docker.container.image.v1+json", "application/vnd.docker.image.rootfs.diff.tar"),
 }
 # The type this tool PUTs. Docker 20.10 (this host) and Docker 26 (the lab nodes) both pull an OCI manifest with
-# uncompressed layers by digest; MANIFEST_DOCKER is the fallback for an engine that would not.
+# uncompressed layers by digest. MANIFEST_DOCKER is only read: a tag that `docker push` wrote has that type.
 MANIFEST_TYPE = MANIFEST_OCI
 # Either type found under TAG is recognised (both name the config and the layers the same way).
 ACCEPT = ", ".join(MEDIA_TYPES)
