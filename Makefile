@@ -13,7 +13,9 @@ MOLECULE_STAGES := $(addprefix molecule-,$(SCENARIOS))
 # scenarios but vmlab), then the unit tests that run playbooks; the VM lab, then the execution
 # environment (built, checked, and run by realtest) and the real-engine lab (converged on the newest ansible-core).
 # The stages that need no lab (the other unit tests, the plugins' on the newest core, sanity and lint on both cores,
-# the build) are a pool, longest first: each lane takes the next one when it is done, so the lanes end together.
+# the build) are a pool: each lane takes the next one when it is done, so the lanes end together. The unit tests
+# first (they wait on sockets, timers and subprocesses: alone at the end, a core idled), the CPU-bound checks last,
+# beside the fleet lane's end.
 # Stages joined by "+" run in order in one lane (ansible-lint's and ansible-test's caches are per checkout).
 # Stage times and the cuts that keep the run under
 # 90 minutes on the 2-core CI machine: docs/design-lab.md (CI time).
@@ -24,7 +26,7 @@ CI_SCENARIOS := $(filter-out $(VM_STAGES),$(MOLECULE_STAGES))
 LANE_FLEET := fleettest
 LANE_PAIR := labtest $(CI_SCENARIOS) unit-playbooks
 LANE_VM := vmlab-image $(VM_STAGES) ee realtest
-LANE_POOL := unit-core sanity-newest+sanity lint+lint-newest unit-newest build
+LANE_POOL := unit-core unit-newest sanity-newest+sanity lint+lint-newest build
 TEST_STAGES := setup $(LANE_FLEET) $(LANE_PAIR) $(LANE_VM) $(subst +, ,$(LANE_POOL))
 # Where tests/ci/stage.sh writes each stage's whole output (ignored by git and by the collection build).
 CI_LOGS := tests/output/ci
@@ -33,11 +35,13 @@ CI_LOGS := tests/output/ci
 	$(MOLECULE_STAGES) test build bench unit-newest setup lint-newest sanity-newest converge-newest converge-mitogen realtest
 
 venv: $(VENV)/.installed $(VENV)/.ansiballz-cache $(VENV)/.payload-cache
+# --no-compile: the `ansible` package bundles about 16,000 Python files of collections the tests never import; pip
+# compiled every one of them (about 25 CPU-seconds a venv). Python compiles what is imported, once, on first use.
 $(VENV)/.installed: requirements.txt constraints.txt
 	@bash tests/ci/prereqs.sh venv
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.txt -c constraints.txt
+	$(BIN)/pip install -q --no-compile -r requirements.txt -c constraints.txt
 	touch $@
 
 # Test venv only: modules the tests run on the controller reuse what an earlier task compiled, as on the lab nodes
@@ -147,7 +151,7 @@ NEWEST_PYTHON ?= $(shell for p in $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HO
 $(NEWEST_VENV)/.installed: requirements-newest.txt constraints-newest.txt
 	@test -n "$(NEWEST_PYTHON)" || { echo "unit-newest: no Python 3.12+ found (set NEWEST_PYTHON=/path/to/python3.12)"; exit 1; }
 	$(NEWEST_PYTHON) -m venv $(NEWEST_VENV)
-	$(NEWEST_VENV)/bin/pip install -q -r requirements-newest.txt -c constraints-newest.txt
+	$(NEWEST_VENV)/bin/pip install -q --no-compile -r requirements-newest.txt -c constraints-newest.txt
 	$(call install_payload_cache,$(NEWEST_VENV))
 	touch $@
 

@@ -24,14 +24,28 @@ if [[ $(cat "$OUT/key" 2>/dev/null) == "$key" && -s $OUT/revision && -d $OUT/hf/
   echo "make.sh: current $OUT ($(cat "$OUT/repo_id" 2>/dev/null) @ $(cat "$OUT/revision"))"
   exit 0
 fi
+# Models by key, shared by every checkout on this host (as the engine image is, in Docker): a clean clone copies the
+# one an earlier checkout made (7 MB) instead of starting torch to make it again.
+cache="${DSPARK_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dspark-lab}/model/$key"
 mkdir -p "$OUT"
 work=$(mktemp -d "$OUT/.make.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 t0=$SECONDS
-# --network none: proof that nothing is downloaded. One core's worth of threads keeps it deterministic and polite.
-docker run --rm --network none -e OMP_NUM_THREADS=1 -v "$HERE:/src:ro" -v "$work:/out" "$IMAGE" \
-  python3 /src/make_tiny_model.py /out/hf >"$work/summary.json"
-for f in revision repo_id model.json; do mv -f "$work/hf/$f" "$work/$f"; done
+if [[ -s $cache/revision && -d $cache/hf/hub ]] && cp -a "$cache/hf" "$work/hf" &&
+  cp "$cache/revision" "$cache/repo_id" "$cache/model.json" "$work/"; then
+  printf '{"copied_from": "%s"}\n' "$cache" >"$work/summary.json"
+else
+  rm -rf "$work/hf"
+  # --network none: proof that nothing is downloaded. One core's worth of threads keeps it deterministic and polite.
+  docker run --rm --network none -e OMP_NUM_THREADS=1 -v "$HERE:/src:ro" -v "$work:/out" "$IMAGE" \
+    python3 /src/make_tiny_model.py /out/hf >"$work/summary.json"
+  for f in revision repo_id model.json; do mv -f "$work/hf/$f" "$work/$f"; done
+  # Kept for the next checkout, the models of other keys dropped; a failure only costs that checkout the making.
+  { rm -rf "$cache.tmp" && mkdir -p "$cache.tmp" && cp -a "$work/hf" "$cache.tmp/hf" &&
+    cp "$work/revision" "$work/repo_id" "$work/model.json" "$cache.tmp/" &&
+    find "$(dirname "$cache")" -mindepth 1 -maxdepth 1 ! -name "$key.tmp" -exec rm -rf {} + &&
+    mv "$cache.tmp" "$cache"; } 2>/dev/null || echo "make.sh: could not keep the model in $cache" >&2
+fi
 # Replaced by rename, the cache first and the key last: a reader sees the old model or the new one, and an
 # interrupted run leaves no key (the next run makes it again).
 rm -f "$OUT/key"

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Runs INSIDE the debootstrapped rootfs (chroot), after lab/vm/rootfs/ was copied over it.
-# Usage (from vmlab.sh): chroot ROOTFS /bin/bash -s -- "PUBKEY" <customize.sh
+# Usage (from vmlab.sh): chroot ROOTFS /bin/bash -s <customize.sh
 set -euo pipefail
-pubkey=$1
 
 # Nothing may survive that would make the two VMs look like one host: host keys come from
 # dspark-vm-firstboot.service, the machine-id from systemd at first boot.
@@ -13,21 +12,16 @@ rm -f /var/lib/dbus/machine-id /etc/hostname
 # The deb822 file from rootfs/ replaces debootstrap's one-line sources.
 rm -f /etc/apt/sources.list
 
-# User spark (passwordless sudo) and root, both by the lab key only.
+# User spark (passwordless sudo) and root, both by the lab key only: no key is in the image (it is cached on the
+# host for every checkout); dspark-vm-lab-key.service writes the one the kernel command line gives at each boot.
 id spark >/dev/null 2>&1 || useradd -m -s /bin/bash spark
 passwd -l root >/dev/null
 echo 'spark ALL=(ALL:ALL) NOPASSWD: ALL' >/etc/sudoers.d/spark
 chmod 0440 /etc/sudoers.d/spark
 visudo -cqf /etc/sudoers.d/spark
-for home in /root /home/spark; do
-  owner=$(stat -c %U "$home")
-  install -d -m 0700 -o "$owner" -g "$owner" "$home/.ssh"
-  printf '%s\n' "$pubkey" >"$home/.ssh/authorized_keys"
-  chown "$owner:$owner" "$home/.ssh/authorized_keys"
-  chmod 0600 "$home/.ssh/authorized_keys"
-done
 
-systemctl enable -q systemd-networkd.service dspark-vm-firstboot.service dspark-soft-roce.service
+systemctl enable -q systemd-networkd.service dspark-vm-firstboot.service dspark-soft-roce.service \
+  dspark-vm-lab-key.service
 # Boot stallers and background CPU eaters under TCG (every emulated second counts):
 # wait-online blocks for 2 min when a NIC has no carrier/address; firstboot can prompt on the console
 # because the machine-id is empty; timers would run apt/e2scrub/fstrim behind the tests' back.
