@@ -114,8 +114,11 @@ from_cache() {
 # checkout a build.
 to_cache() {
   local dir="$CACHE/$1"
-  mkdir -p "$dir" && put_file "$KERNEL" "$dir/vmlinuz" && put_file "$INITRD" "$dir/initrd.img" &&
-    put_file "$BASE" "$dir/base.qcow2" || { log "could not keep the image in $dir (the next checkout builds it)"; return 0; }
+  if ! { mkdir -p "$dir" && put_file "$KERNEL" "$dir/vmlinuz" && put_file "$INITRD" "$dir/initrd.img" &&
+    put_file "$BASE" "$dir/base.qcow2"; }; then
+    log "could not keep the image in $dir (the next checkout builds it)"
+    return 0
+  fi
   find "$CACHE" -mindepth 1 -maxdepth 1 -type d ! -name "$1" -exec rm -rf {} + 2>/dev/null || true
 }
 

@@ -60,7 +60,8 @@ def process(stat, cmdline):
             script = next((a for a in args[1:] if not a.startswith("-")), None)
             if script:
                 name = os.path.basename(script)
-    return name, own, children, int(rest[1])
+    # One line per summary: a name the kernel or a command line gave with a newline (or none) stays on it.
+    return " ".join(name.split()) or "?", own, children, int(rest[1])
 
 
 def scan(proc="/proc"):

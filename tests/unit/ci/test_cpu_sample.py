@@ -98,3 +98,11 @@ def test_scan_reads_this_process():
 def test_the_kernels_workers_are_one_command():
     stat = "5 (kworker/0:1-events) I 2 0 0 0 -1 0 0 0 0 0 0 4 0 0 20 0 1 0 1 1 1"
     assert cpu_sample.process(stat, "") == ("kworker", 4, 0, 2)
+
+
+def test_a_name_with_a_newline_or_none_stays_on_the_summary_line():
+    # /proc/PID/stat's fields after the name: state, ppid, then 11 more before utime, stime, cutime, cstime.
+    tail = "S 42 " + " ".join(["0"] * 9) + " 7 3 2 1"
+    assert cpu_sample.process("12 (a\nb) " + tail, "")[:2] == ("a b", 10)
+    assert cpu_sample.process("12 () " + tail, "")[0] == "?"
+    assert cpu_sample.process("12 (python3) " + tail, "python3\0/opt/tool/\0")[0] == "?"
