@@ -1,5 +1,9 @@
 # Entry points: `make lab site` (a simulated DGX Spark pair, provisioned) and `make test` (everything CI runs).
 SHELL := /bin/bash
+# Python keeps the bytecode it compiles (__pycache__, ignored by git and by the collection build): this CI machine's
+# environment sets PYTHONDONTWRITEBYTECODE, and every process compiled the tests, dspark-fleet and the lab's scripts
+# again (pytest alone: 6.6 CPU-seconds to collect tests/unit, 1.9 with the bytecode kept).
+unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 BIN := $(VENV)/bin
 # A venv's site-packages directory (as a shell command substitution, for recipes).
@@ -35,13 +39,14 @@ CI_LOGS := tests/output/ci
 	$(MOLECULE_STAGES) test build bench unit-newest setup lint-newest sanity-newest converge-newest converge-mitogen realtest
 
 venv: $(VENV)/.installed $(VENV)/.ansiballz-cache $(VENV)/.payload-cache
-# --no-compile: the `ansible` package bundles about 16,000 Python files of collections the tests never import; pip
-# compiled every one of them (about 25 CPU-seconds a venv). Python compiles what is imported, once, on first use.
+# pip compiles every file it installs (about 25 CPU-seconds for the `ansible` package's 16,000): keep it. Where
+# PYTHONDONTWRITEBYTECODE is set (this CI machine's environment), nothing compiled later is kept, and with
+# --no-compile every Python process compiled what it imported again: `make test` took 430 CPU-seconds more.
 $(VENV)/.installed: requirements.txt constraints.txt
 	@bash tests/ci/prereqs.sh venv
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q --no-compile -r requirements.txt -c constraints.txt
+	$(BIN)/pip install -q -r requirements.txt -c constraints.txt
 	touch $@
 
 # Test venv only: modules the tests run on the controller reuse what an earlier task compiled, as on the lab nodes
@@ -151,7 +156,7 @@ NEWEST_PYTHON ?= $(shell for p in $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HO
 $(NEWEST_VENV)/.installed: requirements-newest.txt constraints-newest.txt
 	@test -n "$(NEWEST_PYTHON)" || { echo "unit-newest: no Python 3.12+ found (set NEWEST_PYTHON=/path/to/python3.12)"; exit 1; }
 	$(NEWEST_PYTHON) -m venv $(NEWEST_VENV)
-	$(NEWEST_VENV)/bin/pip install -q --no-compile -r requirements-newest.txt -c constraints-newest.txt
+	$(NEWEST_VENV)/bin/pip install -q -r requirements-newest.txt -c constraints-newest.txt
 	$(call install_payload_cache,$(NEWEST_VENV))
 	touch $@
 
