@@ -1,9 +1,5 @@
 # Entry points: `make lab site` (a simulated DGX Spark pair, provisioned) and `make test` (everything CI runs).
 SHELL := /bin/bash
-# Python keeps the bytecode it compiles (__pycache__, ignored by git and by the collection build): this CI machine's
-# environment sets PYTHONDONTWRITEBYTECODE, and every process compiled the tests, dspark-fleet and the lab's scripts
-# again (pytest alone: 6.6 CPU-seconds to collect tests/unit, 1.9 with the bytecode kept).
-unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 BIN := $(VENV)/bin
 # A venv's site-packages directory (as a shell command substitution, for recipes).

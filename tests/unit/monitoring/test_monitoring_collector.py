@@ -282,7 +282,12 @@ def test_lmcache_metrics_only_where_configured(node):
 def test_sample_sums_reads_labels_with_braces_and_quotes():
     loader = importlib.machinery.SourceFileLoader("dspark_textfile_collector", str(COLLECTOR))
     module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    loader.exec_module(module)
+    # No __pycache__ inside the role's files/ (where PYTHONDONTWRITEBYTECODE is unset, the loader would write one).
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = writes
     text = "\n".join([
         "# HELP lmcache_mp_lookup_hit_tokens_total x",
         'lmcache_mp_lookup_hit_tokens_total{cache_salt="a} b",model_name="m\\\\"} 10.0',

@@ -83,7 +83,8 @@ KEPT_ROLES = {}
 
 def role_files(role, folders=None, roles_dir=ROLES):
     """(path from the roles' folder's parent: roles/..., text) of every file of ``role``, or of its ``folders`` only."""
-    for folder, _dirs, files in os.walk(os.path.join(roles_dir, role)):
+    for folder, dirs, files in os.walk(os.path.join(roles_dir, role)):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]          # bytecode a test's import left, not the role's
         for name in sorted(files):
             path = os.path.join(folder, name)
             relative = os.path.relpath(path, os.path.dirname(roles_dir))
