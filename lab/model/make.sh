@@ -24,9 +24,11 @@ if [[ $(cat "$OUT/key" 2>/dev/null) == "$key" && -s $OUT/revision && -d $OUT/hf/
   echo "make.sh: current $OUT ($(cat "$OUT/repo_id" 2>/dev/null) @ $(cat "$OUT/revision"))"
   exit 0
 fi
-# Models by key, shared by every checkout on this host (as the engine image is, in Docker): a clean clone copies the
-# one an earlier checkout made (7 MB) instead of starting torch to make it again.
-cache="${DSPARK_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dspark-lab}/model/$key"
+# Models by key, shared by every checkout on this host: a clean clone copies the one an earlier checkout made (7 MB)
+# instead of starting torch to make it again.
+# shellcheck source=lab/host_cache.sh
+source "$REPO/lab/host_cache.sh"
+cache="$(host_cache_dir model)/$key"
 mkdir -p "$OUT"
 work=$(mktemp -d "$OUT/.make.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -43,7 +45,7 @@ else
   # Kept for the next checkout, the models of other keys dropped; a failure only costs that checkout the making.
   { rm -rf "$cache.tmp" && mkdir -p "$cache.tmp" && cp -a "$work/hf" "$cache.tmp/hf" &&
     cp "$work/revision" "$work/repo_id" "$work/model.json" "$cache.tmp/" &&
-    find "$(dirname "$cache")" -mindepth 1 -maxdepth 1 ! -name "$key.tmp" -exec rm -rf {} + &&
+    host_cache_keep_only "$(dirname "$cache")" "$key.tmp" &&
     mv "$cache.tmp" "$cache"; } 2>/dev/null || echo "make.sh: could not keep the model in $cache" >&2
 fi
 # Replaced by rename, the cache first and the key last: a reader sees the old model or the new one, and an

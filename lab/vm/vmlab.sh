@@ -14,11 +14,12 @@ STATE="$REPO/.lab/vm"
 BASE="$STATE/base.qcow2"
 KERNEL="$STATE/vmlinuz"
 INITRD="$STATE/initrd.img"
-# Which key and which recipe the base image was built with (checked by up/build).
-# Base images by recipe, shared by every checkout on this host (the container lab's node image is shared the same
-# way, in Docker): a clean clone boots the image an earlier one built instead of spending about 80 CPU-seconds on
-# debootstrap. The image holds no key (dspark-vm-lab-key.service).
-CACHE="${DSPARK_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dspark-lab}/vm"
+# Base images by recipe, shared by every checkout on this host: a clean clone boots the image an earlier one built
+# instead of spending about 80 CPU-seconds on debootstrap. The image holds no key (dspark-vm-lab-key.service).
+# shellcheck source=lab/host_cache.sh
+source "$VM_DIR/../host_cache.sh"
+CACHE=$(host_cache_dir vm)
+# Which recipe the base image was built from (checked by up/build).
 BASE_RECIPE="$STATE/base.recipe"
 MIRROR=http://deb.debian.org/debian
 SUITE=trixie
@@ -119,7 +120,7 @@ to_cache() {
     log "could not keep the image in $dir (the next checkout builds it)"
     return 0
   fi
-  find "$CACHE" -mindepth 1 -maxdepth 1 -type d ! -name "$1" -exec rm -rf {} + 2>/dev/null || true
+  host_cache_keep_only "$CACHE" "$1" 2>/dev/null || true
 }
 
 cmd_build() {
