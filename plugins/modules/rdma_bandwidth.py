@@ -13,9 +13,9 @@ version_added: 0.1.0
 description:
   - Runs perftest's C(ib_write_bw) on one RDMA device, either as the server (without
     O(server_address)) or as the client that connects to O(server_address) and sends.
-  - Start the server first, for example as an C(async) task with C(poll=0) on the receiving node,
-    then the client on the sending node. The client retries while the server does not accept the
-    connection yet, up to O(timeout) seconds.
+  - Start the server first on the receiving node with O(background=true), which returns at once and
+    leaves the server running, then the client on the sending node. The client retries while the server
+    does not accept the connection yet, up to O(timeout) seconds.
   - The client returns the average bandwidth in Gb/s and whether it reaches O(min_gbits). A
     measurement below the threshold is a warning, never a failure; the caller decides.
 author:
@@ -63,6 +63,14 @@ options:
     type: list
     elements: str
     default: []
+  background:
+    description:
+      - Server only. Start the server in its own session and return at once, instead of waiting for the
+        client; coreutils C(timeout) stops it after O(timeout) seconds if no client came. A server that
+        exits within its first second (a wrong device or GID index, a port in use) fails the task.
+      - Use it instead of an C(async) task with C(poll=0), which Mitogen's strategy does not run for this module.
+    type: bool
+    default: false
   executable:
     description: The perftest binary to run.
     type: str
@@ -85,8 +93,7 @@ EXAMPLES = r"""
     device: rocep1s0f1
     gid_index: 3
     duration: 5
-  async: 180
-  poll: 0
+    background: true
   when: dspark_rank | int == 1
 
 - name: Send from the head
@@ -136,6 +143,11 @@ mode:
   returned: always
   type: str
   sample: client
+pid:
+  description: Process ID of the server's C(timeout) wrapper (the leader of its own session), with O(background=true).
+  returned: success, with O(background=true)
+  type: int
+  sample: 4711
 attempts:
   description: Client runs until the server accepted the connection.
   returned: success
@@ -153,7 +165,9 @@ stdout:
   type: str
 """
 
+import os
 import subprocess
+import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -172,6 +186,45 @@ def run(cmd, timeout):
     return proc.returncode, proc.stdout.decode('utf-8', 'replace')
 
 
+# A server that fails at start (a wrong device or GID index, a port in use) exits within this many seconds.
+EARLY_EXIT_S = 1.0
+# sh starts the server in the background with its output in the log ($0) and prints its PID, then exits: the server
+# holds none of this task's pipes, so the task returns at once under any strategy. setsid: its own session, so the
+# end of the task's login or sudo does not signal it.
+DETACH = '"$@" >"$0" 2>&1 </dev/null & echo $!'
+
+
+def running(pid):
+    """Whether `pid` is still a live process (not gone, not a zombie waiting for init)."""
+    try:
+        with open('/proc/%d/stat' % pid) as stat:
+            return stat.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (OSError, IndexError):
+        return False
+
+
+def spawn(module, cmd, timeout):
+    """Starts `cmd` in its own session under coreutils timeout: (pid, None) while it runs, or (None, its output) when
+    it exited within EARLY_EXIT_S. The log is unlinked once open here: nothing is left on the node."""
+    fd, log = tempfile.mkstemp(prefix='dspark-ib_write_bw-', suffix='.log')
+    try:
+        rc, out, err = module.run_command(['/bin/sh', '-c', DETACH, log, module.get_bin_path('setsid', required=True),
+                                           module.get_bin_path('timeout', required=True), '--kill-after=10',
+                                           str(timeout)] + cmd)
+        os.unlink(log)
+        if rc != 0 or not out.strip().isdigit():
+            return None, (out + err).strip()
+        pid = int(out)
+        deadline = time.time() + EARLY_EXIT_S
+        while running(pid) and time.time() < deadline:
+            time.sleep(0.1)
+        if running(pid):
+            return pid, None
+        return None, os.read(fd, 65536).decode('utf-8', 'replace')
+    finally:
+        os.close(fd)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -185,11 +238,15 @@ def main():
             timeout=dict(type='int', default=120),
             min_gbits=dict(type='float', default=0),
             extra_args=dict(type='list', elements='str', default=[]),
+            background=dict(type='bool', default=False),
             executable=dict(type='str', default='ib_write_bw'),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    if p['background'] and p['server_address']:
+        module.fail_json(msg='background applies to the server only: omit server_address or background',
+                         mode='client', cmd=[], stdout='')
     binary = module.get_bin_path(p['executable'])
     if not binary:
         module.fail_json(msg='%s is not installed. Fix: install perftest (apt-get install perftest)' % p['executable'],
@@ -201,6 +258,12 @@ def main():
         mode = 'client'
         cmd.append(p['server_address'])
 
+    if mode == 'server' and p['background']:
+        pid, out = spawn(module, cmd, p['timeout'])
+        if pid is not None:
+            module.exit_json(changed=False, mode=mode, cmd=cmd, stdout='', pid=pid)
+        module.fail_json(msg='ib_write_bw server on %s (port %d) exited at start: %s'
+                         % (p['device'], p['tcp_port'], out.strip()[-600:]), mode=mode, cmd=cmd, stdout=out)
     if mode == 'server':
         rc, out = run(cmd, p['timeout'])
         if rc is None:

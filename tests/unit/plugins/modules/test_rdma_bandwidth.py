@@ -1,6 +1,9 @@
 """rdma_bandwidth module: main() with ib_write_bw answered by a fake subprocess.run."""
 
 import json
+import os
+import signal
+import tempfile
 import subprocess
 
 import pytest
@@ -104,3 +107,56 @@ def test_missing_perftest(capsys, monkeypatch):
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, **kw: None)
     rc, out = run(capsys, CLIENT)
     assert rc == 1 and "install perftest" in out["msg"]
+
+
+# --------------------------------------------------------------------------- background servers (real processes)
+
+def fake_ib_write_bw(tmp_path, body):
+    script = tmp_path / "ib_write_bw"
+    script.write_text("#!/bin/sh\necho \"$@\" > %s/args\n%s\n" % (tmp_path, body))
+    script.chmod(0o755)
+    return str(script)
+
+
+SERVER = {"device": "rocep1s0f1", "gid_index": 3, "tcp_port": 18600, "timeout": 30, "background": True}
+
+
+@pytest.fixture
+def logs(monkeypatch, tmp_path):
+    """The module's temporary directory, this test's own (another test run may use /tmp at the same time)."""
+    path = tmp_path / "tmp"
+    path.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(path))
+    return path
+
+
+def test_a_background_server_returns_at_once_and_keeps_running_in_its_own_session(capsys, tmp_path, logs):
+    rc, out = run(capsys, dict(SERVER, executable=fake_ib_write_bw(tmp_path, "exec sleep 60")))
+    try:
+        assert rc == 0 and out["changed"] is False and out["mode"] == "server", out
+        pid = out["pid"]
+        # The timeout wrapper leads its own session (no terminal, no signal from the task's process group) ...
+        assert os.getsid(pid) == pid
+        cmdline = open("/proc/%d/cmdline" % pid, "rb").read().split(b"\0")
+        assert [c.decode() for c in cmdline[:3]] == ["/usr/bin/timeout", "--kill-after=10", "30"], cmdline
+        # The server's log was unlinked: nothing is left behind in the temporary directory.
+        assert not list(logs.iterdir())
+        # ... and the server runs with the arguments the client side expects.
+        assert (tmp_path / "args").read_text().split() == [
+            "-d", "rocep1s0f1", "-i", "1", "-x", "3", "-F", "--report_gbits", "-D", "5", "-s", "65536", "-p", "18600"]
+        assert out["cmd"][1:] == (tmp_path / "args").read_text().split()
+    finally:
+        os.killpg(out["pid"], signal.SIGTERM)
+
+
+def test_a_background_server_that_exits_at_start_fails_with_its_output(capsys, tmp_path, logs):
+    rc, out = run(capsys, dict(SERVER, executable=fake_ib_write_bw(tmp_path, "echo \"Couldn't get context\"; exit 1")))
+    assert rc == 1 and out["mode"] == "server"
+    assert out["msg"] == "ib_write_bw server on rocep1s0f1 (port 18600) exited at start: Couldn't get context"
+    assert not list(logs.iterdir())
+
+
+def test_background_is_refused_for_a_client(capsys, tmp_path):
+    rc, out = run(capsys, dict(CLIENT, background=True, executable=fake_ib_write_bw(tmp_path, "exit 0")))
+    assert rc == 1 and "background applies to the server only" in out["msg"]
+    assert not (tmp_path / "args").exists()
