@@ -8,12 +8,14 @@ never restarted under a mounted client (warn, or fail on request), unreadable fi
 fixed on request, and a dead server diagnosed without a persisted fstab entry (last: it leaves the head unmounted).
 """
 
+import hashlib
 import json
 import os
 import pathlib
 import re
 import shlex
 import subprocess
+import tempfile
 
 import pytest
 import testinfra
@@ -24,6 +26,11 @@ VMLAB = ROOT / "inventories" / "vmlab"
 LAB_STATE = pathlib.Path(os.environ.get("DSPARK_LAB_STATE", ROOT / ".lab"))
 KEY = LAB_STATE / "id_ed25519"
 SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+# One kept SSH connection per VM for these checks (testinfra's ControlPersist, 60 s): a new login costs an emulated
+# guest about a second of CPU (docs/design-lab.md). No check here depends on a fresh login. Each checkout has its own
+# sockets, named by its lab state and the VM's port (short enough for a socket path; no "%": testinfra formats it).
+CONTROL_PATH = os.path.join(tempfile.gettempdir(), "dspark-vmlab-%s-" % hashlib.sha256(
+    str(LAB_STATE.resolve()).encode()).hexdigest()[:8])
 FLEET = yaml.safe_load((VMLAB / "group_vars" / "dspark.yml").read_text())
 PAIR = yaml.safe_load((VMLAB / "hosts.yml").read_text())["all"]["children"]["dspark"]["children"]["vm_pair"]
 HOSTS = PAIR["hosts"]
@@ -39,8 +46,9 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def vm(name):
-    host = testinfra.get_host("ssh://spark@127.0.0.1:%d" % HOSTS[name]["ansible_port"], sudo=True,
-                              ssh_identity_file=str(KEY), ssh_extra_args=SSH_ARGS)
+    port = HOSTS[name]["ansible_port"]
+    host = testinfra.get_host("ssh://spark@127.0.0.1:%d" % port, sudo=True, ssh_identity_file=str(KEY),
+                              ssh_extra_args=SSH_ARGS, controlpath="%s%d" % (CONTROL_PATH, port))
     host.name = name
     return host
 
