@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _findings, _group_model, _inputs, _role_rules
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _findings, _group_engines, _group_model, _inputs, _role_rules
 
 CHECKPOINT_MODES = _role_rules.CHECKPOINT_MODES
 
@@ -44,7 +44,7 @@ _IMAGE_RE = re.compile(
     r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
     r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
 )
-_MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_MODEL_RE = _group_engines.MODEL_RE
 
 
 @dataclass
