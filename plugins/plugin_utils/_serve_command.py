@@ -113,6 +113,31 @@ def command(values, group):
     return argv + list(extra)
 
 
+def sidecar_command(engine, rank, tensor_parallel_size, host, port, group):
+    """The argv of ``vllm serve`` for one member's rank of a sidecar engine (issue #46; no role starts one yet).
+
+    ``engine``: one entry of plugin_utils._group_engines.sidecars(); ``rank`` and ``tensor_parallel_size``: the member's
+    dspark_rank and the group's dspark_tensor_parallel_size (every engine spans all of the group's GPUs); ``host`` and
+    ``port``: where it listens (127.0.0.1 and the engine port behind the head's edge); ``group``: the group model. The
+    same multi-node launch as the main engine on the sidecar's own rendezvous port, its own memory share always (the
+    main engine's recipe flags are the DeepSeek checkpoint's, not a sidecar's), its extra arguments last."""
+    argv = ["vllm", "serve", engine["model"], "--revision", engine["revision"],
+            "--served-model-name", engine["served_model_name"], "--host", host, "--port", str(port)]
+    if engine.get("trust_remote_code"):
+        argv += ["--trust-remote-code"]
+    argv += ["--tensor-parallel-size", str(tensor_parallel_size), "--pipeline-parallel-size", "1",
+             "--gpu-memory-utilization", str(engine["gpu_memory_utilization"])]
+    for key in ("max_model_len", "max_num_seqs"):
+        if engine.get(key) is not None:
+            argv += ["--" + key.replace("_", "-"), str(engine[key])]
+    argv += ["--distributed-executor-backend", "mp",
+             "--nnodes", str(group["size"]), "--node-rank", str(rank),
+             "--master-addr", group["master_address"], "--master-port", str(engine["master_port"])]
+    if not group.get("is_head"):
+        argv += ["--headless"]
+    return argv + list(engine.get("extra_args") or [])
+
+
 # --------------------------------------------------------------------------- the compose file (was Jinja in
 # roles/serve/templates/compose.yaml.j2; the template prints these lines under its header).
 # The role's variables compose_lines reads, by their names: the lookup dspark.cluster.role_vars hands them over

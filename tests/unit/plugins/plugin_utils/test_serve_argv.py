@@ -80,3 +80,30 @@ def test_lmcache_adds_its_connector_before_the_multi_node_flags(on):
     assert json.loads(argv[at + 1]) == {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
                                         "kv_connector_extra_config": {
                                             "lmcache.mp.server_urls": "tcp://10.0.0.1:5600,tcp://10.0.0.2:5600"}}
+
+
+SIDECAR = {"name": "vl", "model": "cyankiwi/Qwen3-VL-4B-Instruct-AWQ-4bit", "revision": "b" * 40, "served_model_name": "qwen3-vl-4b",
+           "image": "img", "api_port": 8889, "master_port": 25100, "engine_port": 18889, "gpu_memory_utilization": 0.12,
+           "max_model_len": 65536, "max_num_seqs": None, "trust_remote_code": True,
+           "extra_args": ["--limit-mm-per-prompt", '{"image":4}']}
+
+
+def test_a_sidecar_rank_launches_on_its_own_rendezvous_port_with_its_own_share():
+    argv = _serve_command.sidecar_command(SIDECAR, 1, 2, "0.0.0.0", 8889, GROUP)
+    assert argv == ["vllm", "serve", "cyankiwi/Qwen3-VL-4B-Instruct-AWQ-4bit", "--revision", "b" * 40,
+                    "--served-model-name", "qwen3-vl-4b", "--host", "0.0.0.0", "--port", "8889", "--trust-remote-code",
+                    "--tensor-parallel-size", "2", "--pipeline-parallel-size", "1", "--gpu-memory-utilization", "0.12",
+                    "--max-model-len", "65536", "--distributed-executor-backend", "mp", "--nnodes", "2", "--node-rank", "1",
+                    "--master-addr", "10.0.0.1", "--master-port", "25100", "--headless",
+                    "--limit-mm-per-prompt", '{"image":4}']
+
+
+def test_a_sidecar_head_behind_the_edge_serves_the_api():
+    argv = _serve_command.sidecar_command(dict(SIDECAR, trust_remote_code=False, max_model_len=None, max_num_seqs=4, extra_args=[]), 0, 3, "127.0.0.1",
+                                          18889, dict(GROUP, size=3, is_head=True))
+    assert "--headless" not in argv and "--trust-remote-code" not in argv
+    assert argv[argv.index("--port") - 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "18889"
+    assert argv[argv.index("--max-num-seqs") + 1] == "4" and "--max-model-len" not in argv
+    assert argv[-8:] == ["--nnodes", "3", "--node-rank", "0", "--master-addr", "10.0.0.1", "--master-port", "25100"]
+    # The main engine's DeepSeek flags never reach a sidecar.
+    assert not {"--speculative-config", "--kv-cache-dtype", "--reasoning-parser", "--tokenizer-mode"} & set(argv)
