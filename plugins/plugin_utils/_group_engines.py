@@ -25,6 +25,8 @@ SERVED_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
 # vLLM behind the head's API edge listens on 127.0.0.1 at the API port plus this, as the main engine does by default
 # (serve_engine_port 18888 for dspark_api_port 8888).
 ENGINE_PORT_OFFSET = 10000
+# An engine's ports, and the variables that hold the main engine's.
+MAIN_PORT_VARS = (("api_port", "dspark_api_port"), ("master_port", "dspark_master_port"), ("engine_port", "serve_engine_port"))
 REQUIRED = ("name", "model", "revision", "api_port", "master_port", "gpu_memory_utilization")
 OPTIONAL = ("served_model_name", "engine_port", "image", "max_model_len", "max_num_seqs", "trust_remote_code", "extra_args")
 EXAMPLE = ("{name: vl, model: cyankiwi/Qwen3-VL-4B-Instruct-AWQ-4bit, revision: <40 hex>, served_model_name: qwen3-vl-4b, "
@@ -143,13 +145,12 @@ def clash_problems(engines, main):
                              "give every engine of the group its own %s" % ("port" if kind == "port" else kind)))
 
     claim("served model name", main.get("served_model_name"), "serve_served_model_name")
-    for var in ("api_port", "master_port", "engine_port"):
-        claim("port", main.get(var), {"api_port": "dspark_api_port", "master_port": "dspark_master_port",
-                                      "engine_port": "serve_engine_port"}[var])
+    for key, var in MAIN_PORT_VARS:
+        claim("port", main.get(key), var)
     for index, engine in enumerate(engines):
         claim("name", engine.get("name"), _field(index, "name"))
         claim("served model name", engine.get("served_model_name"), _field(index, "served_model_name"))
-        for key in ("api_port", "master_port", "engine_port"):
+        for key, dummy in MAIN_PORT_VARS:
             claim("port", engine.get(key), _field(index, key))
     return problems
 

@@ -104,13 +104,15 @@ def command(values, group):
     # LMCache (#45): this node's server on loopback; only with it, so that the command of every other group stays.
     if _serve_lmcache.enabled(v):
         argv += ["--kv-transfer-config", _serve_lmcache.kv_transfer_config(v, group)]
-    argv += ["--nnodes", str(group["size"]),
-             "--node-rank", str(v["dspark_rank"]),
-             "--master-addr", group["master_address"],
-             "--master-port", str(group["master_port"])]
-    if not group.get("is_head"):
-        argv += ["--headless"]
-    return argv + list(extra)
+    return argv + launch_args(group, v["dspark_rank"], group["master_port"]) + list(extra)
+
+
+def launch_args(group, rank, master_port):
+    """The multi-node mp launch of one rank, every engine's: the group's size, the rank, the head's fabric address and
+    the engine's rendezvous port; ``--headless`` on every rank but the head's."""
+    argv = ["--nnodes", str(group["size"]), "--node-rank", str(rank),
+            "--master-addr", group["master_address"], "--master-port", str(master_port)]
+    return argv if group.get("is_head") else argv + ["--headless"]
 
 
 def sidecar_command(engine, rank, tensor_parallel_size, host, port, group):
@@ -130,11 +132,7 @@ def sidecar_command(engine, rank, tensor_parallel_size, host, port, group):
     for key in ("max_model_len", "max_num_seqs"):
         if engine.get(key) is not None:
             argv += ["--" + key.replace("_", "-"), str(engine[key])]
-    argv += ["--distributed-executor-backend", "mp",
-             "--nnodes", str(group["size"]), "--node-rank", str(rank),
-             "--master-addr", group["master_address"], "--master-port", str(engine["master_port"])]
-    if not group.get("is_head"):
-        argv += ["--headless"]
+    argv += ["--distributed-executor-backend", "mp"] + launch_args(group, rank, engine["master_port"])
     return argv + list(engine.get("extra_args") or [])
 
 
