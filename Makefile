@@ -205,7 +205,8 @@ converge-mitogen: prereqs-lab venv
 # execution environment (tests/real/test_real_ee.py), the API edge and the simulator's authentication against the
 # engine (test_real_edge.py, test_auth_parity.py), `dspark-fleet acceptance` end to end (test_real_acceptance.py),
 # LMCache beside both ranks (test_real_lmcache.py: a killed server and a killed worker named, the group brought back
-# by dspark-fleet watch in one restart, a prompt then read from the disk tier), the real group rolled through the
+# by dspark-fleet watch in one restart, a prompt then read from the disk tier), a sidecar engine beside the main one
+# (test_real_sidecar.py: refused, started, proven, answered, removed), the real group rolled through the
 # router under load (test_real_roll.py) and tests/real/test_real_engine.py (real vLLM: the proof, chat through the
 # OpenAI client, the leak sweep, stop); the lab is taken down afterwards.
 realtest: prereqs-lab venv $(SIM_TAR) $(NEWEST_VENV)/.installed ee-image
@@ -213,7 +214,7 @@ realtest: prereqs-lab venv $(SIM_TAR) $(NEWEST_VENV)/.installed ee-image
 	DSPARK_VLLM_SRC=$$(bash tests/ci/vllm_source.sh) $(BIN)/pytest -q $(VLLM_NAMES_TEST) && \
 	  $(BIN)/python tests/ci/converge_twice.py $(NEWEST_VENV)/bin/ansible-playbook $(LAB_REAL) site.yml && \
 	  DSPARK_LAB_REQUIRED=1 $(BIN)/pytest -q -s tests/real/test_real_ee.py tests/real/test_real_edge.py tests/real/test_auth_parity.py \
-	    tests/real/test_real_acceptance.py tests/real/test_real_lmcache.py tests/real/test_real_roll.py \
+	    tests/real/test_real_sidecar.py tests/real/test_real_acceptance.py tests/real/test_real_lmcache.py tests/real/test_real_roll.py \
 	    tests/real/test_real_engine.py; rc=$$?; \
 	  bash lab/real.sh down; exit $$rc
 

@@ -30,7 +30,7 @@ options:
     required: true
     choices: [disks, links, read_interfaces, ping_interfaces, unaddressed, ports, addressed, peers, fabric_checks,
               group_checks, failures, result, rdma_port, gid_checks, bandwidth_floor, bandwidth_checks, bandwidth_plan,
-              bandwidth_peer, rdma_skip, manifest_bytes, gpu_checks, rdma_checks]
+              bandwidth_peer, rdma_skip, manifest_bytes, gpu_checks, rdma_checks, memory_shares]
 """
 
 EXAMPLES = r"""
@@ -53,7 +53,7 @@ from ansible.errors import AnsibleFilterError
 _PARTS = ("disks", "links", "read_interfaces", "ping_interfaces", "unaddressed", "ports", "addressed", "peers",
           "fabric_checks", "group_checks", "failures", "result", "rdma_port", "gid_checks", "bandwidth_floor",
           "bandwidth_checks", "bandwidth_plan", "bandwidth_peer", "rdma_skip", "manifest_bytes", "gpu_checks",
-          "rdma_checks")
+          "rdma_checks", "memory_shares")
 
 
 # The logic is imported when the filter runs, not when this file loads: to find a collection's filter, Ansible loads

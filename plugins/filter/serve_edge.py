@@ -15,6 +15,8 @@ description:
   - Only the API paths pass, and only with a valid key (the scheme C(bearer) in any case, as vLLM reads it); GET
     C(/health) and C(/metrics) pass without a key from loopback, the routers, the monitors and the trusted networks;
     everything else is 404. Requests without a valid key are capped per source address.
+  - A group's sidecar engines (C(engines) in the input) answer on their own API ports of the same edge, under the same
+    rules.
 options:
   _input:
     description:
@@ -22,6 +24,12 @@ options:
         that is serve_host, serve_engine_port, serve_edge_allowed_paths, serve_edge_trusted_cidrs and the other serve_edge_*
         settings, as the lookup C(dspark.cluster.role_vars) with C(reads=serve_edge) gives them), and group, api_port,
         keys (plain; only their hashes are returned), keys_path, config_path.
+      - Optional, default none, C(engines) - the group's sidecar engines (C(dspark_sidecars), issue 46), each a mapping
+        with C(name), C(api_port) and C(engine_port) (by default api_port + 10000; other keys are ignored, so the
+        inventory's list will do). The edge also answers on each sidecar's API port, with the same key check, paths,
+        probe rule, rate limit (counted per source over all the edge's ports) and 503/425, and sends those requests to
+        the sidecar's vLLM on 127.0.0.1:engine_port. A port the edge already uses is refused. None or an empty list
+        gives the same configuration as without sidecars.
     type: dict
     required: true
   routers:

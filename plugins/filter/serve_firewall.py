@@ -17,6 +17,7 @@ description:
     are accepted; the group's fabric peers on every port (rendezvous and engine ports); the API port from the allowed
     networks, loopback and the routers; the API and master ports from anyone else are dropped (IPv4 and IPv6), and so
     is any other traffic to the host's fabric address and every new IPv6 packet that arrives on a fabric interface.
+  - The group's sidecar engines (O(engine_ports)) are ruled as the main engine is, each on its own ports.
   - Without a fabric interface name only the API and master ports are closed over IPv6, and C(notes) says why.
   - The ruleset replaces the table atomically when given to C(nft -f) and leaves every other table alone.
 options:
@@ -50,6 +51,15 @@ options:
     type: list
     elements: int
     default: []
+  engine_ports:
+    description:
+      - The group's sidecar engines (C(dspark_sidecars), issue 46), each a mapping with C(name), C(api_port) and
+        C(master_port) (other keys are ignored, so the inventory's list will do). Each API port is accepted from the
+        same sources as C(dspark_api_port) and dropped for anyone else; each master port is dropped for everyone but
+        the group's fabric peers, as C(dspark_master_port) is. A port another rule of the table holds is refused.
+      - None or an empty list gives the same ruleset as without sidecars.
+    type: list
+    elements: dict
 """
 
 EXAMPLES = r"""
@@ -78,10 +88,11 @@ def _router_address(router):
     return router.get("dspark_mgmt_address") or router.get("ansible_host") or router.get("inventory_hostname")
 
 
-def serve_firewall(model, api_allowed_cidrs=None, ssh_ports=(22,), routers=(), fabric_interfaces=None, local_ports=()):
+def serve_firewall(model, api_allowed_cidrs=None, ssh_ports=(22,), routers=(), fabric_interfaces=None, local_ports=(),
+                   engine_ports=None):
     from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_firewall
     return _serve_firewall.plan(model, api_allowed_cidrs or [], ssh_ports, [_router_address(r) for r in routers or []],
-                                fabric_interfaces=fabric_interfaces, local_ports=local_ports)
+                                fabric_interfaces=fabric_interfaces, local_ports=local_ports, engine_ports=engine_ports)
 
 
 class FilterModule:

@@ -360,9 +360,68 @@ def judge_memory(meminfo_text, fraction=0.0, reserve_mib=0, variable='serve_gpu_
                       'MemAvailable %d MiB >= %d MiB needed (%s)' % (available, need, how), None, variable)
 
 
-def judge_memory_budget(meminfo_text, fraction=0.0, l1_mib=0, reserve_mib=0, variable='serve_gpu_memory_utilization'):
-    """LMCache's L1 (issue #45) beside the engine: its share of MemTotal (unified memory on a DGX Spark), the L1 and the
-    host's reserve must fit in MemTotal, whatever runs now (a configuration that can never fit). None without an L1."""
+def _engines_text(engines):
+    """'main 0.8 + vl 0.12 = 0.92' (as plugin_utils._group_engines.shares_text writes it on the controller)."""
+    total = sum(float(share) for dummy, share, dummy2 in engines)
+    return '%s = %g' % (' + '.join('%s %g' % (name, float(share)) for name, share, dummy in engines), round(total, 6))
+
+
+def judge_memory_budget(meminfo_text, fraction=0.0, l1_mib=0, reserve_mib=0, variable='serve_gpu_memory_utilization',
+                        shares=None):
+    """Every engine's share of MemTotal (unified memory on a DGX Spark), LMCache's L1 (issue #45) and the host's reserve
+    must fit in MemTotal, whatever runs now (a configuration that can never fit).
+
+    shares: every engine of the node's group as (name, share[, variable]), the main engine first (issue #46: its
+    sidecars beside it); None or one engine: the main engine alone at ``fraction``, named by ``variable``. None with
+    one engine and no L1: nothing shares the memory with the engine (judge_memory judges it)."""
+    engines = [(str(item[0]), item[1], (item[2] if len(item) > 2 else None) or None) for item in shares or []]
+    if len(engines) < 2:
+        if engines:
+            fraction, variable = engines[0][1], engines[0][2] or variable
+        return _judge_one_engine_budget(meminfo_text, fraction, l1_mib, reserve_mib, variable)
+    shown = _engines_text(engines)
+    # The check is LMCache's where it runs (as with the main engine alone), else the sidecars'.
+    budget_variable = 'serve_lmcache_l1_size_gb' if l1_mib else 'dspark_sidecars'
+    total = meminfo_facts(meminfo_text)['memory_total_mib']
+    if total is None:
+        return make_check('memory', 'memory budget', {'total_mib': None}, None, 'skip',
+                          '/proc/meminfo has no MemTotal: the memory budget of the engines (%s) is not judged' % shown,
+                          None, budget_variable)
+    total, l1_mib, reserve_mib = int(total), int(l1_mib or 0), int(reserve_mib or 0)
+    # Each vLLM takes its own share of MemTotal.
+    engine = sum(int(math.ceil(float(share) * total)) for dummy, share, dummy2 in engines)
+    need = engine + l1_mib + reserve_mib
+    setters = ', '.join('%s: %s' % (name, var or 'its gpu_memory_utilization') for name, dummy, var in engines)
+    beside = ('LMCache\'s L1 %d MiB (serve_lmcache_l1_size_gb) and ' % l1_mib) if l1_mib else ''
+    how = ('%s of MemTotal %d MiB (%s) is %d MiB for the engines (%s); with %sthe host\'s %d MiB '
+           '(serve_lmcache_memory_reserve_mib) that is %d MiB'
+           % (shown, total, gib(total * MIB), engine, setters, beside, reserve_mib, need))
+    value = {'total_mib': total}
+    threshold = {'need_mib': need, 'engine_mib': engine, 'l1_mib': l1_mib, 'reserve_mib': reserve_mib,
+                 'shares': [[name, share] for name, share, dummy in engines]}
+    if need > total:
+        # The largest sum of the shares that fits beside the L1 and the reserve (rounded down to a hundredth), and the
+        # largest L1 that fits beside the shares as they are.
+        room = math.floor((total - l1_mib - reserve_mib) * 100.0 / total) / 100.0
+        l1_room_gb = (total - engine - reserve_mib) // 1024
+        if room > 0:
+            fix = ('Lower the engines\' shares (%s) so that they add up to at most %g, not %s'
+                   % (setters, room, shown.rpartition(' = ')[2]))
+            if l1_mib and l1_room_gb > 0:
+                fix += ', or lower serve_lmcache_l1_size_gb to at most %d' % l1_room_gb
+        else:
+            fix = ('Lower serve_lmcache_l1_size_gb (now %d MiB; with serve_lmcache_memory_reserve_mib it leaves the engines '
+                   'nothing), then the engines\' shares (%s)' % (l1_mib, setters))
+        return make_check('memory', 'memory budget', value, threshold, 'fail',
+                          '%s > MemTotal %d MiB: the engines%s and the host cannot all fit'
+                          % (how, total, ', LMCache\'s L1' if l1_mib else ''), fix, budget_variable)
+    return make_check('memory', 'memory budget', value, threshold, 'pass', '%s <= MemTotal %d MiB' % (how, total), None,
+                      budget_variable)
+
+
+def _judge_one_engine_budget(meminfo_text, fraction, l1_mib, reserve_mib, variable):
+    """LMCache's L1 (issue #45) beside the main engine alone: its share of MemTotal, the L1 and the host's reserve.
+    None without an L1."""
     if not l1_mib:
         return None
     total = meminfo_facts(meminfo_text)['memory_total_mib']

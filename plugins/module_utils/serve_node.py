@@ -182,6 +182,24 @@ def container_state(rc, stdout):
             'config': labels.get(CONFIG_LABEL, '') if isinstance(labels, dict) else ''}
 
 
+ENGINE_LABEL = 'dspark.cluster/engine'
+# One line per container: its name, state, engine label and fingerprint label (tab-separated; none of them holds a tab).
+ENGINES_FORMAT = '{{.Names}}\t{{.State}}\t{{.Label "%s"}}\t{{.Label "%s"}}' % (ENGINE_LABEL, CONFIG_LABEL)
+
+
+def engine_containers(rc, stdout):
+    """`docker ps -a --filter label=dspark.cluster/engine --format ENGINES_FORMAT` -> {container: {'engine', 'status',
+    'config'}}: every sidecar engine's container on the node (issue #46), wanted or left over; {} when docker failed."""
+    found = {}
+    if rc != 0:
+        return found
+    for line in (stdout or '').splitlines():
+        parts = line.split('\t')
+        if len(parts) == 4 and parts[0]:
+            found[parts[0]] = {'engine': parts[2], 'status': parts[1], 'config': parts[3]}
+    return found
+
+
 def recheck_checkpoint(model, revision, cache_dir, files_path):
     """The checkpoint_manifest module's state=rechecked, as a result dict (never raises).
 
@@ -228,7 +246,7 @@ def _snapshot_isdir(path):
 def read_node(params, run):
     """The module's result for ``params`` (its arguments); ``run(argv)`` -> (rc, stdout, stderr)."""
     p = params
-    result = {'changed': False}
+    result = {'changed': False, 'engines': {}}
     result['infiniband'] = os.path.lexists(p['infiniband_path'])
     docker = p['docker_path']
     result['docker'] = os.path.lexists(docker)
@@ -245,6 +263,9 @@ def read_node(params, run):
         if p.get('lmcache_container'):
             rc, out, dummy = run([docker, 'container', 'inspect', p['lmcache_container']])
             lmcache = container_state(rc, out)
+        if p.get('engines'):
+            result['engines'] = engine_containers(*run([docker, 'ps', '--all', '--no-trunc', '--filter', 'label=' + ENGINE_LABEL,
+                                                        '--format', ENGINES_FORMAT])[:2])
     result['image'] = image
     result['container'] = container
     result['lmcache'] = lmcache
@@ -255,6 +276,7 @@ def read_node(params, run):
         result['cache_read_only'] = cache_read_only(rc, out)
 
     result['snapshot_isdir'] = _snapshot_isdir(p['snapshot_dir']) if p.get('snapshot_dir') else False
+    result['snapshots'] = dict((path, _snapshot_isdir(path)) for path in p.get('snapshot_dirs') or [])
     result['cache_mount'] = None
     if p.get('nfs_mountpoint'):
         rc, out, dummy = run(['findmnt', '--json', '--output', 'SOURCE,FSTYPE,OPTIONS', '--mountpoint', p['nfs_mountpoint']])

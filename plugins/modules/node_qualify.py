@@ -142,10 +142,32 @@ options:
       - The inventory variable that sets O(memory_fraction), named in the message and the fix.
     type: str
     default: serve_gpu_memory_utilization
+  memory_shares:
+    description:
+      - Every engine's share of C(MemTotal) on this node (vLLM's C(gpu_memory_utilization)), the main engine first, then
+        the sidecars of its group (C(dspark_sidecars)). With more than one, their sum of C(MemTotal), O(lmcache_l1_mib)
+        and O(lmcache_reserve_mib) must fit in C(MemTotal) (the memory budget check), and its message names each share.
+      - Empty or one engine - the main engine alone at O(memory_fraction).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The engine's name (V(main) for the main engine).
+        type: str
+        required: true
+      share:
+        description: Its share of C(MemTotal), 0..1.
+        type: float
+        required: true
+      variable:
+        description: The inventory variable that sets the share, cited in the message and the fix.
+        type: str
   lmcache_l1_mib:
     description:
-      - LMCache's L1 beside the engine (C(serve_lmcache)), MiB. With it, O(memory_fraction) of C(MemTotal), this and
-        O(lmcache_reserve_mib) must fit in C(MemTotal) (the memory budget check). 0 skips that check.
+      - LMCache's L1 beside the engine (C(serve_lmcache)), MiB. With it, O(memory_fraction) of C(MemTotal) (every share
+        of O(memory_shares) when it names more than one engine), this and O(lmcache_reserve_mib) must fit in
+        C(MemTotal) (the memory budget check). 0 skips that check unless O(memory_shares) names more than one engine.
     type: int
     default: 0
   lmcache_reserve_mib:
@@ -663,6 +685,9 @@ def main():
             memory_fraction=dict(type='float', default=0.0),
             memory_reserve_mib=dict(type='int', default=0),
             memory_variable=dict(type='str', default='serve_gpu_memory_utilization'),
+            memory_shares=dict(type='list', elements='dict', default=[], options=dict(
+                name=dict(type='str', required=True), share=dict(type='float', required=True),
+                variable=dict(type='str'))),
             lmcache_l1_mib=dict(type='int', default=0),
             lmcache_reserve_mib=dict(type='int', default=0),
             swap=dict(type='str', default='any', choices=['any', 'off', 'on']),
@@ -687,6 +712,9 @@ def main():
     bad = []
     if not 0 <= p['memory_fraction'] <= 1:
         bad.append('memory_fraction=%s must be within 0..1' % p['memory_fraction'])
+    for spec in p['memory_shares']:
+        if not spec['name'] or not 0 <= spec['share'] <= 1:
+            bad.append('memory_shares: %s=%s needs a name and a share within 0..1' % (spec['name'], spec['share']))
     if p['memory_reserve_mib'] < 0:
         bad.append('memory_reserve_mib=%s must be >= 0' % p['memory_reserve_mib'])
     if p['time_max_error_ms'] < 0:
@@ -730,8 +758,9 @@ def main():
         facts.update(qualify.meminfo_facts(meminfo))
         checks.append(qualify.judge_memory(meminfo, p['memory_fraction'], p['memory_reserve_mib'],
                                            p['memory_variable'], running_container(module, p['own_containers'])))
+        shares = [(spec['name'], spec['share'], spec['variable']) for spec in p['memory_shares']]
         budget = qualify.judge_memory_budget(meminfo, p['memory_fraction'], p['lmcache_l1_mib'], p['lmcache_reserve_mib'],
-                                             p['memory_variable'])
+                                             p['memory_variable'], shares=shares)
         if budget:
             checks.append(budget)
         checks.append(qualify.judge_cma(meminfo, p['cma_required'], var('cma_required')))

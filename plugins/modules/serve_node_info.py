@@ -54,10 +54,22 @@ options:
     description:
       - Name of the LMCache server's container beside it (serve_lmcache), read like O(container).
     type: str
+  engines:
+    description:
+      - List every container labelled C(dspark.cluster/engine) (a sidecar engine's, wanted or left over) with its state
+        and fingerprint label.
+    type: bool
+    default: false
   cache_dir:
     description:
       - The model cache, whose mount options say whether it is read-only.
     type: path
+  snapshot_dirs:
+    description:
+      - More snapshot directories (the sidecar engines' checkpoints), each read like O(snapshot_dir).
+    type: list
+    elements: path
+    default: []
   snapshot_dir:
     description:
       - The model's snapshot directory in the cache.
@@ -265,6 +277,16 @@ cache_read_only:
   description: Whether O(cache_dir) is mounted read-only.
   type: bool
   returned: always
+engines:
+  description: Every sidecar engine's container on the node (O(engines)) by name, with C(engine), C(status) and C(config).
+  type: dict
+  returned: always
+  sample: {"dspark-vllm-vl": {"engine": "vl", "status": "running", "config": "4f0c"}}
+snapshots:
+  description: Whether each of O(snapshot_dirs) is a directory (not a link to one).
+  type: dict
+  returned: always
+  sample: {"/var/lib/dspark/hf-cache/hub/models--org--vl/snapshots/0123456789abcdef0123456789abcdef01234567": true}
 snapshot_isdir:
   description: Whether O(snapshot_dir) is a directory (not a link to one).
   type: bool
@@ -351,8 +373,10 @@ def main():
             image=dict(type='str'),
             container=dict(type='str'),
             lmcache_container=dict(type='str'),
+            engines=dict(type='bool', default=False),
             cache_dir=dict(type='path'),
             snapshot_dir=dict(type='path'),
+            snapshot_dirs=dict(type='list', elements='path', default=[]),
             nfs_mountpoint=dict(type='path'),
             stamp_path=dict(type='path'),
             recheck=dict(type='dict', options=dict(

@@ -5,8 +5,9 @@
 over all of the group's nodes with its own model, ports and share of every node's memory.
 
 The sidecars are a group fact (``dspark_sidecars``, a list in the inventory, the same on every member). This module
-reads and checks that list and the group's memory budget: what preflight will refuse before any change. Work in
-progress: no role reads it yet (STATE.md, "Open"). Pure Python, no Ansible imports.
+reads and checks that list and the group's memory budget: what preflight refuses before any change (the rule
+serve.sidecars), what the serve role starts (plugin_utils._serve_sidecars) and what qualify weighs against each
+node's memory (plugin_utils._qualify_plan). Pure Python, no Ansible imports.
 """
 
 from __future__ import annotations
@@ -126,6 +127,8 @@ def sidecars(value, image=None):
     for index, entry in enumerate(value):
         engine = _sidecar(entry, index, image, problems)
         if engine is not None:
+            # Its place in the list: an entry refused as no mapping has none, so the others keep theirs in messages.
+            engine["index"] = index
             engines.append(engine)
     return engines, problems
 
@@ -147,7 +150,8 @@ def clash_problems(engines, main):
     claim("served model name", main.get("served_model_name"), "serve_served_model_name")
     for key, var in MAIN_PORT_VARS:
         claim("port", main.get(key), var)
-    for index, engine in enumerate(engines):
+    for position, engine in enumerate(engines):
+        index = engine.get("index", position)
         claim("name", engine.get("name"), _field(index, "name"))
         claim("served model name", engine.get("served_model_name"), _field(index, "served_model_name"))
         for key, dummy in MAIN_PORT_VARS:

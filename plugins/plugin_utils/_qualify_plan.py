@@ -17,7 +17,7 @@ import ipaddress
 import json
 
 from ansible_collections.dspark.cluster.plugins.module_utils import qualify as _judge
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _serve_lmcache
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_engines, _inputs, _serve_lmcache
 
 FAIL = "fail"
 PASS = "pass"
@@ -42,6 +42,7 @@ VARIABLES = {
     "rdma_checks": _GID + _FLOOR,
     "rdma_skip": ("qualify_rdma",),
     "bandwidth_plan": ("qualify_bandwidth_port",),
+    "memory_shares": ("qualify_memory_fraction",),
 }
 
 
@@ -114,6 +115,35 @@ def disks(inputs):
                     "label": "LMCache's disk tier: serve_lmcache_disk_size_gb=%d GB, {present} bytes of it there already"
                              % _int(inputs.get("lmcache_disk_gb"))})
     return out
+
+
+def memory_shares(inputs):
+    """node_qualify's `memory_shares`: every engine of the node's group, the main engine first (qualify_memory_fraction,
+    serve_gpu_memory_utilization on a node with a GPU), then its sidecars (issue #46), each {name, share, variable}.
+
+    inputs: qualify_memory_fraction, sidecars (the group's dspark_sidecars). A list that _group_engines refuses is
+    preflight's to name: here it gives the shares it could read, a share outside 0 < x < 1 left out.
+    """
+    shares = []
+    main = _inputs.as_float(inputs.get("qualify_memory_fraction"))
+    if main is not None:
+        shares.append({"name": _group_engines.MAIN, "share": main, "variable": "qualify_memory_fraction"})
+    value = inputs.get("sidecars")
+    if main == 0:
+        # A node without a GPU (qualify_memory_fraction 0): vLLM's CPU build sizes its KV cache by VLLM_CPU_KVCACHE_SPACE,
+        # no engine's share sizes anything there.
+        return shares
+    engines, dummy = _group_engines.sidecars(value)
+    # sidecars() reads every mapping of the list, in order, into one engine: their indexes name the variables.
+    indexes = [index for index, entry in enumerate(value) if isinstance(entry, dict)] if isinstance(value, list) else []
+    for index, engine in zip(indexes, engines):
+        share = engine["gpu_memory_utilization"]
+        if share is None or not 0 < share < 1:
+            continue
+        name = engine["name"] if isinstance(engine["name"], str) and engine["name"] else "%s[%d]" % (_group_engines.VAR, index)
+        shares.append({"name": name, "share": share,
+                       "variable": "%s[%d].gpu_memory_utilization" % (_group_engines.VAR, index)})
+    return shares
 
 
 def links(inputs):

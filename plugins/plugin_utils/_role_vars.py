@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import os
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _fabric_plan, _plan_vars, _qualify_plan, _serve_command, _serve_edge, _serve_lmcache
+from ansible_collections.dspark.cluster.plugins.plugin_utils import (
+    _fabric_plan, _plan_vars, _qualify_plan, _serve_command, _serve_edge, _serve_lmcache, _serve_sidecars)
 
 # A plan that reads a few of a role's many variables declares them in its module; the lookup's ``reads`` names the
 # plan, so that only those are templated (each templating costs controller CPU on every reference, and a variable the
@@ -22,6 +23,7 @@ READS = {
     "serve_compose": _serve_command.COMPOSE_VARIABLES,
     "serve_edge": _serve_edge.VARIABLES,
     "serve_lmcache": _serve_lmcache.VARIABLES,
+    "serve_sidecars": _serve_sidecars.VARIABLES,
 }
 # The qualify role's plan, one part per call (dspark.cluster.qualify_plan('<part>')): reads='qualify_<part>'.
 READS.update(("qualify_" + part, names) for part, names in _qualify_plan.VARIABLES.items())

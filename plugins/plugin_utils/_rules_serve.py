@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_engines, _inputs
 from ansible_collections.dspark.cluster.plugins.plugin_utils._rules_base import HIDDEN, MOUNT_PATH_RE, ranges, rule
 from ansible_collections.dspark.cluster.plugins.plugin_utils._rules_checkpoint import _checkpoint_hf_cache
 
@@ -301,3 +301,66 @@ def _serve_lmcache_group_agrees(member):
                 values[0][1], ordered[0], ", ".join("%r on %s" % (value, host) for host, value in differ)),
                 "set %s once for the group (group_vars of %s), not per host" % (var, member.group.name)))
     return out
+
+
+# -- sidecar engines beside the main one (issue #46; plugin_utils._group_engines) -------------------------------------
+# The group's values the rule reads, the head's for every member: the main engine's name, ports and image (serve_image,
+# the sidecars' default as serve reads them, is dspark_image unless set).
+SIDECAR_GROUP_VARS = (_group_engines.VAR, "serve_image", "dspark_image", "serve_served_model_name", "dspark_api_port",
+                      "dspark_master_port", "serve_edge", "serve_engine_port")
+
+
+def _main_engine(head):
+    """The main engine's values that no sidecar may share (_group_engines.clash_problems); a port that is no integer or a
+    name that is no string is its own rule's to report."""
+    name = head["serve_served_model_name"]
+    return {
+        "served_model_name": name if isinstance(name, str) else None,
+        "api_port": _inputs.as_int(head["dspark_api_port"]),
+        "master_port": _inputs.as_int(head["dspark_master_port"]),
+        # vLLM listens on serve_engine_port only behind the edge; without it the port is free.
+        "engine_port": _inputs.as_int(head["serve_engine_port"]) if _inputs.is_true(head["serve_edge"]) else None,
+    }
+
+
+def _said_once(value, found, clashes):
+    """The sidecars' problems and clashes, less what another line says: an empty image a sidecar inherits (serve.image,
+    the inventory's dspark_image), a clash between two of the main engine's own ports (dspark_master_port's rule,
+    serve.engine_port), and the clash of an engine port left to its default (API port + 10000) whose API port clashes
+    already (one mistake, one line)."""
+    entries = value if isinstance(value, list) else []
+    prefix = _group_engines.VAR + "[%d]"
+    clashes = [problem for problem in clashes if problem[0].startswith(_group_engines.VAR + "[")]
+    api_clash = {problem[0][:-len(".api_port")] for problem in clashes if problem[0].endswith(".api_port")}
+    skip = set()
+    for index, entry in enumerate(entries):
+        if isinstance(entry, dict) and "image" not in entry:
+            skip.add(prefix % index + ".image")
+        if isinstance(entry, dict) and "engine_port" not in entry and prefix % index in api_clash:
+            skip.add(prefix % index + ".engine_port")
+    return [problem for problem in found + clashes if problem[0] not in skip]
+
+
+@rule("serve.sidecars", list(SIDECAR_GROUP_VARS) + ["serve_gpu_memory_utilization"])
+def _serve_sidecars(member):
+    """dspark_sidecars, the group's sidecar engines, reads whole (_group_engines.sidecars: keys, names, models, pinned
+    revisions, ports, shares); no two engines of the group, the main one included, share a name, a served model name or a
+    port; and each node's memory shares, the main engine's serve_gpu_memory_utilization and every sidecar's, add up to
+    less than 1. The group's values are the head's, so that every member says a group problem in the same words and
+    preflight says it once (members that differ are the inventory rule's); the memory share is each member's own."""
+    head = member.member(member.group.ordered[0]) if member.group.ordered else member
+    if any(head.failed(var) for var in SIDECAR_GROUP_VARS):
+        return []  # the head reports it as a variable that cannot be templated
+    value = head[_group_engines.VAR]
+    engines, found = _group_engines.sidecars(value, head["serve_image"])
+    if not engines and not found:
+        return []
+    # clash_problems names each engine by its place in the list (an entry that is no mapping is a line already).
+    clashes = _group_engines.clash_problems(engines, _main_engine(head)) if engines else []
+    found = _said_once(value, found, clashes)
+    # A share outside its range is already a line (serve.numbers, or the sidecar's own); the sum of the others still counts.
+    fitting = [engine for engine in engines
+               if engine["gpu_memory_utilization"] is not None and 0 < engine["gpu_memory_utilization"] < 1]
+    main_share = member["serve_gpu_memory_utilization"]
+    budget = None if ranges(member, ["serve_gpu_memory_utilization"]) else _group_engines.budget_problem(main_share, fitting)
+    return found + ([budget] if budget else [])

@@ -218,12 +218,19 @@ def compose_lines(values):
     return out
 
 
+ENGINE_LABEL = "dspark.cluster/engine"
+
+
 def _labels(v):
     """The rank's labels: its group, its rank and the definition's fingerprint (a changed one restarts the group)."""
-    return ["    labels:",
-            "      dspark.cluster/group: %s" % compose_scalar(v["group"]),
-            "      dspark.cluster/rank: %s" % compose_scalar(v["rank"]),
-            "      dspark.cluster/config: %s" % compose_scalar(v["hash"])]
+    out = ["    labels:",
+           "      dspark.cluster/group: %s" % compose_scalar(v["group"]),
+           "      dspark.cluster/rank: %s" % compose_scalar(v["rank"]),
+           "      dspark.cluster/config: %s" % compose_scalar(v["hash"])]
+    # A sidecar engine's containers (issue #46) say which: serve_node_info finds them all by this label, wanted or not.
+    if v.get("engine"):
+        out.append("      %s: %s" % (ENGINE_LABEL, compose_scalar(v["engine"])))
+    return out
 
 
 GPU_LINES = ["    deploy:",

@@ -21,6 +21,11 @@ without a key (vllm#58144). The edge decides for every path, before anything rea
   the same answer is 425 (ROUTER_RETRY_STATUS): the one status the router retries on another group, because it means
   the request never reached an engine (a group that just died costs no request; docs/design-router-edge.md).
 
+A group's sidecar engines (issue #46, ``dspark_sidecars``) each answer on their own API port of the same edge: one more
+``bind`` of the one frontend, so every rule above holds on every port alike (and the cap of requests without a valid
+key counts a source's requests on all of them together), and a backend of their own to their vLLM on loopback, chosen
+by the port the request came in on.
+
 Pure Python, no Ansible imports.
 """
 
@@ -31,7 +36,7 @@ import ipaddress
 import json
 import re
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _router_plan
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs, _router_plan
 
 UNIT = "dspark-edge.service"
 # The readiness probe (module_utils/tp_api_probe.py) reads this header on a 503 as "the engine does not listen".
@@ -50,6 +55,13 @@ VARIABLES = (
     "serve_host", "serve_engine_port", "serve_edge_allowed_paths", "serve_edge_trusted_cidrs",
     "serve_edge_unauthenticated_rate", "serve_edge_maxconn", "serve_edge_timeout_client", "serve_edge_timeout_server",
 )
+# A group's sidecars (issue #46) as _group_engines reads them: the list's variable, a sidecar's name (it becomes part of
+# a backend's name here) and its engine port's default. Not imported from there: that module brings the checkpoint
+# rules and PyYAML into the edge (tests check that both say the same).
+SIDECARS_VAR = "dspark_sidecars"
+SIDECAR_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,14}[a-z0-9])?$")
+MAIN_ENGINE = "main"
+ENGINE_PORT_OFFSET = 10000
 _NUMBERS = ("serve_edge_unauthenticated_rate", "serve_edge_maxconn", "serve_edge_timeout_client",
             "serve_edge_timeout_server")
 
@@ -82,6 +94,65 @@ def _port(value, var, problems):
     except (TypeError, ValueError):
         problems.append("%s=%r is not a TCP port (1-65535); fix: set it to a free port number" % (var, value))
         return 0
+
+
+def _engines(value, owners, problems):
+    """The sidecars the edge fronts: [(name, api_port, engine_port)] from ``settings["engines"]`` (None or [] for
+    none; each a mapping with name, api_port and engine_port, which defaults to api_port + 10000; other keys are
+    ignored, so _group_engines' engines and the inventory's dspark_sidecars both do). ``owners`` maps each port the
+    edge already uses to its variable. Every port is the edge's once: HAProxy cannot bind a port twice, and an API
+    port that is also an engine port would send requests back into the edge or to another engine."""
+    if value is None or value == []:
+        return []
+    if not isinstance(value, list):
+        problems.append("%s=%r is not a list of engines; fix: give each sidecar as a mapping with its name, api_port "
+                        "and engine_port, or none" % (SIDECARS_VAR, value))
+        return []
+    engines, names = [], set()
+    for index, entry in enumerate(value):
+        field = "%s[%d]" % (SIDECARS_VAR, index)
+        if not isinstance(entry, dict):
+            problems.append("%s=%r is not a mapping; fix: give the sidecar's name, api_port and engine_port" % (field, entry))
+            continue
+        name = entry.get("name")
+        if not isinstance(name, str) or not SIDECAR_NAME_RE.match(name) or name == MAIN_ENGINE:
+            problems.append("%s.name=%r is not a sidecar name; fix: lower-case letters, digits and '-', at most 16, "
+                            "starting with a letter, not %r (the main engine's), e.g. vl" % (field, name, MAIN_ENGINE))
+        elif name in names:
+            problems.append("%s.name=%r is also another sidecar's; fix: give every sidecar its own name" % (field, name))
+        names.add(name)
+        ports = []
+        for key in ("api_port", "engine_port"):
+            raw = entry.get(key)
+            if key == "engine_port" and raw is None:
+                if ports[0] is None:
+                    ports.append(None)   # no default without an API port (named above)
+                    continue
+                raw = ports[0] + ENGINE_PORT_OFFSET
+            port = _inputs.as_port(raw)
+            if port is None:
+                problems.append("%s.%s=%r is not a TCP port (1-65535); fix: set it to a free port number that no other "
+                                "engine of the group uses" % (field, key, raw))
+            elif port in owners:
+                problems.append("%s.%s=%d is also %s: the edge binds every API port once and sends each engine's "
+                                "requests to its own loopback port; fix: give %s.%s a free port that no other engine "
+                                "of the group uses%s" % (field, key, port, owners[port], field, key,
+                                                         " (unset, it is api_port + %d)" % ENGINE_PORT_OFFSET
+                                                         if key == "engine_port" and entry.get(key) is None else ""))
+            else:
+                owners[port] = "%s.%s" % (field, key)
+            ports.append(port)
+        engines.append((name, ports[0], ports[1]))
+    return engines
+
+
+def _backend(engine_port):
+    """A backend's lines after its comment: vLLM on loopback, the marked 503 while nothing listens there."""
+    return [
+        "retries 0",
+        "http-error %s hdr %s %s" % (_answer(503), UNREACHABLE_HEADER, UNREACHABLE_VALUE),
+        "server engine 127.0.0.1:%d" % engine_port,
+    ]
 
 
 def _sources(values, problems):
@@ -122,7 +193,9 @@ def plan(settings):
 
     settings: the role's VARIABLES by their names (serve_edge_trusted_cidrs is read through ``trusted``), and group,
     api_port (dspark_api_port), keys (the group's API keys, plain; only their hashes are returned), trusted (list of
-    (variable, address or network): routers, monitors, serve_edge_trusted_cidrs), keys_path, config_path.
+    (variable, address or network): routers, monitors, serve_edge_trusted_cidrs), keys_path, config_path; optional
+    engines: the group's sidecars (dspark_sidecars; name, api_port, engine_port each), fronted as the main engine is.
+    Without engines the configuration is the same text as before they existed: a changed one reloads every edge.
     """
     problems = []
     api_port = _port(settings["api_port"], "dspark_api_port", problems)
@@ -130,6 +203,8 @@ def plan(settings):
     if api_port and api_port == engine_port:
         problems.append("serve_engine_port=%d equals dspark_api_port: the engine listens on loopback behind the edge, "
                         "which takes dspark_api_port; fix: give serve_engine_port another free port" % engine_port)
+    owners = {port: var for port, var in ((api_port, "dspark_api_port"), (engine_port, "serve_engine_port")) if port}
+    engines = _engines(settings.get("engines"), owners, problems)
     paths = list(settings["serve_edge_allowed_paths"] or [])
     for path in paths:
         if not isinstance(path, str) or not _router_plan.PATH_RE.match(path):
@@ -160,8 +235,11 @@ def plan(settings):
     bind_text = "[%s]" % bind if ":" in bind and not bind.startswith("[") else bind
     guarded = bool(keys)
     rate = numbers["serve_edge_unauthenticated_rate"]
-    frontend = [
-        "bind %s:%d" % (bind_text or "*", api_port),
+    frontend = ["bind %s:%d" % (bind_text or "*", api_port)]
+    if engines:
+        frontend.append("# The sidecars' API ports (dspark_sidecars): every rule below holds on each, the port picks the engine.")
+        frontend += ["bind %s:%d" % (bind_text or "*", port) for dummy, port, dummy2 in engines]
+    frontend += [
         "option forwardfor",
         "# Two Authorization headers could name one key here and another to vLLM.",
         "http-request return %s if { req.fhdr_cnt(authorization) gt 1 }" % _answer(400),
@@ -200,6 +278,10 @@ def plan(settings):
     if guarded:
         frontend.append("http-request return %s hdr WWW-Authenticate Bearer unless dspark_bearer dspark_key_ok"
                         % _answer(401))
+    if engines:
+        # After every http-request rule (HAProxy runs those first whatever the order, and warns otherwise).
+        frontend.append("# Each sidecar's API port to its own engine; the main engine's to the default.")
+        frontend += ["use_backend dspark_engine_%s if { dst_port %d }" % (name, port) for name, port, dummy in engines]
     frontend.append("default_backend dspark_engine")
     sections = [
         ("global", [
@@ -230,11 +312,10 @@ def plan(settings):
             "# vLLM on loopback only. A request that cannot connect is answered 503 at once (no retry: HAProxy waits a",
             "# second before each, and the routers' checks would time out instead of reading the 503), with the header",
             "# the readiness proof reads as `not listening`; the engine's own 503 (a dead engine) has none.",
-            "retries 0",
-            "http-error %s hdr %s %s" % (_answer(503), UNREACHABLE_HEADER, UNREACHABLE_VALUE),
-            "server engine 127.0.0.1:%d" % engine_port,
-        ]),
+        ] + _backend(engine_port)),
     ]
+    sections += [("backend dspark_engine_%s" % name, ["# The sidecar %s's vLLM on loopback only, as dspark_engine." % name]
+                  + _backend(port)) for name, dummy, port in engines]
     lines = ["# Written by dspark.cluster's serve role: the API edge of group %s (docs/design-serve-edge.md)."
              % settings["group"]]
     for name, body in sections:

@@ -11,6 +11,8 @@ services are untouched; a drop here is final whatever other tables accept):
   and the engine's other ports (NCCL/Gloo bootstrap and ZMQ sockets on ephemeral ports, bound to the fabric address);
 - the API port is accepted from serve_api_allowed_cidrs (plus loopback and the fleet's routers), then dropped;
 - the master port is dropped from anyone else, and so is anything else addressed to this node's fabric address;
+- a sidecar engine of the group (issue #46, dspark_sidecars) is ruled as the main one: its API port accepted from the
+  same sources and dropped for anyone else, its own rendezvous port dropped for everyone but the fabric peers;
 - IPv6 (issue #26 point 5): the fabric speaks IPv4 only, so every new IPv6 packet that arrives on a fabric interface
   (iifname: dspark_fabric_interface, fabric_secondary_interface) is dropped, SSH excepted (always open); the fabric role
   can turn IPv6 off there too (fabric_ipv6_disable). The API and master port rules are family-neutral (inet): an IPv6
@@ -38,6 +40,12 @@ LOOPBACK = ("127.0.0.0/8", "::1/128")
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 # The variables that name a node's fabric interfaces, in the order the table lists them.
 FABRIC_INTERFACE_VARS = ("dspark_fabric_interface", "fabric_secondary_interface")
+# A group's sidecars (issue #46) as _group_engines reads them: the list's variable and a sidecar's name (it becomes part
+# of a rule's comment here). Not imported from there: that module brings the checkpoint rules and PyYAML (tests check
+# that both say the same).
+SIDECARS_VAR = "dspark_sidecars"
+SIDECAR_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,14}[a-z0-9])?$")
+MAIN_ENGINE = "main"
 
 
 def _networks(values, var, problems):
@@ -65,15 +73,65 @@ def _collapse(texts):
     return [str(n) if n.prefixlen != n.max_prefixlen else str(n.network_address) for n in nets]
 
 
+def _port(value):
+    """The TCP port a value stands for (an int or a string of digits, 1-65535), else None."""
+    if isinstance(value, bool) or not str(value).strip().isdigit() or not 1 <= int(value) <= 65535:
+        return None
+    return int(value)
+
+
 def _ports(values, var, problems):
     ports = []
     for value in values if isinstance(values, (list, tuple)) else [values]:
-        if isinstance(value, bool) or not str(value).strip().isdigit() or not 1 <= int(value) <= 65535:
+        port = _port(value)
+        if port is None:
             problems.append("%s has %r, which is not a TCP port. Fix: use 1-65535" % (var, value))
-            continue
-        if int(value) not in ports:
-            ports.append(int(value))
+        elif port not in ports:
+            ports.append(port)
     return ports
+
+
+def _sidecars(engine_ports, taken, group, problems):
+    """[(name, api_port, master_port)] of the group's sidecars (None or [] for none; each a mapping with name, api_port
+    and master_port, other keys ignored). ``taken`` maps each port the table already rules to its variable: a sidecar
+    port that is one of them would meet that rule first (SSH open to all, LMCache's dropped, an engine's API open to
+    the API's sources, a rendezvous closed to them)."""
+    if engine_ports is None or engine_ports == []:
+        return []
+    if not isinstance(engine_ports, (list, tuple)):
+        problems.append("group %s: %s=%r is not a list of sidecars. Fix: pass each sidecar's name, api_port and "
+                        "master_port in a list, or none" % (group, SIDECARS_VAR, engine_ports))
+        return []
+    sidecars, names = [], set()
+    for index, entry in enumerate(engine_ports):
+        field = "%s[%d]" % (SIDECARS_VAR, index)
+        if not isinstance(entry, dict):
+            problems.append("group %s: %s=%r is not a mapping. Fix: give the sidecar's name, api_port and master_port"
+                            % (group, field, entry))
+            continue
+        name = entry.get("name")
+        if not isinstance(name, str) or not SIDECAR_NAME_RE.match(name) or name == MAIN_ENGINE:
+            problems.append("group %s: %s.name=%r is not a sidecar name. Fix: lower-case letters, digits and '-', at "
+                            "most 16, starting with a letter, not %r (the main engine's), e.g. vl"
+                            % (group, field, name, MAIN_ENGINE))
+        elif name in names:
+            problems.append("group %s: %s.name=%r is also another sidecar's. Fix: give every sidecar its own name"
+                            % (group, field, name))
+        names.add(name)
+        ports = []
+        for key in ("api_port", "master_port"):
+            port = _port(entry.get(key))
+            if port is None:
+                problems.append("group %s: %s.%s=%r is not a TCP port. Fix: use 1-65535, a port no other engine of the "
+                                "group uses" % (group, field, key, entry.get(key)))
+            elif port in taken:
+                problems.append("group %s: %s.%s=%d is also %s, whose rule would decide for both. Fix: give %s.%s a "
+                                "port of its own" % (group, field, key, port, taken[port], field, key))
+            else:
+                taken[port] = "%s.%s" % (field, key)
+            ports.append(port)
+        sidecars.append((name, ports[0], ports[1]))
+    return sidecars
 
 
 def _address(value):
@@ -120,7 +178,8 @@ def _set(name, kind, elements, interval=False):
     return lines
 
 
-def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, fabric_interfaces=None, local_ports=()):
+def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, fabric_interfaces=None, local_ports=(),
+         engine_ports=None):
     """{'ruleset', 'digest', 'problems', 'notes', 'peers', 'api_v4', 'api_v6', 'ports', 'fabric_interfaces'} for the
     host of a group model.
 
@@ -131,6 +190,9 @@ def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, 
     closed over IPv6 (the family-neutral rules), and ``notes`` says why.
     local_ports: ports no one but loopback may reach, the fabric peers included (LMCache's server, issue #45: its
     Prometheus exporter binds every address).
+    engine_ports: the group's sidecars (dspark_sidecars; name, api_port, master_port each), ruled as the main engine:
+    the API port from the API's sources, the rendezvous port from the fabric peers. None or []: the ruleset is the same
+    text as before sidecars existed (a changed one replaces the table on every node).
     """
     problems = []
     addresses = model.get("addresses") or {}
@@ -165,6 +227,10 @@ def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, 
     if not ssh:
         problems.append("serve_firewall_ssh_ports=%r opens no SSH port: the firewall would lock Ansible out. Fix: list the "
                         "SSH port(s), e.g. [22]" % (ssh_ports,))
+    taken = {port: var for var, values in (("serve_firewall_ssh_ports", ssh), ("serve_lmcache ports", local),
+                                           ("dspark_master_port", [ports["master_port"]]),
+                                           ("dspark_api_port", [ports["api_port"]])) for port in values if port}
+    sidecars = _sidecars(engine_ports, taken, model.get("group"), problems)
     if api_allowed_cidrs is None:
         api_allowed_cidrs = []
     if isinstance(api_allowed_cidrs, (list, tuple)):
@@ -181,7 +247,9 @@ def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, 
     # nft refuses overlapping intervals in one set: merge them (sorted, each network once).
     api_v4, api_v6 = _collapse(api_v4), _collapse(api_v6)
     result = {"problems": problems, "notes": notes, "fabric_interfaces": interfaces, "peers": peers, "api_v4": api_v4,
-              "api_v6": api_v6, "ports": dict(ports, ssh=ssh, local=local), "ruleset": "", "digest": "", "table": table}
+              "api_v6": api_v6, "ruleset": "", "digest": "", "table": table,
+              "ports": dict(ports, ssh=ssh, local=local, sidecars=[
+                  {"name": name, "api_port": api_port, "master_port": master_port} for name, api_port, master_port in sidecars])}
     if problems:
         return result
     api, master = ports["api_port"], ports["master_port"]
@@ -212,6 +280,17 @@ def plan(model, api_allowed_cidrs=(), ssh_ports=(22,), routers=(), table=TABLE, 
         "\t\ttcp dport %d ip saddr @api_allowed_v4 accept comment \"API from serve_api_allowed_cidrs\"" % api,
         "\t\ttcp dport %d ip6 saddr @api_allowed_v6 accept comment \"API from serve_api_allowed_cidrs\"" % api,
         "\t\ttcp dport { %s } drop comment \"API and rendezvous from anyone else\"" % ", ".join(str(p) for p in sorted({api, master})),
+    ]
+    for name, api_port, master_port in sidecars:
+        lines += [
+            "\t\ttcp dport %d ip saddr @api_allowed_v4 accept comment \"sidecar %s: API from serve_api_allowed_cidrs\""
+            % (api_port, name),
+            "\t\ttcp dport %d ip6 saddr @api_allowed_v6 accept comment \"sidecar %s: API from serve_api_allowed_cidrs\""
+            % (api_port, name),
+            "\t\ttcp dport { %d, %d } drop comment \"sidecar %s: API and rendezvous from anyone else\""
+            % (min(api_port, master_port), max(api_port, master_port), name),
+        ]
+    lines += [
         "\t\tip daddr %s drop comment \"the engine's other ports on the fabric address\"" % own,
         "\t}",
         "}",

@@ -76,7 +76,21 @@ def problems(node, facts, source_node=None):
         "%s: serve_image=%s is not present on this node (%s); nothing was started. Fix: run the docker_runtime role "
         "(site.yml or playbooks/docker_runtime.yml) to pull or load it" % (
             facts["host"], facts.get("image", "?"), str((node.get("image") or {}).get("reason") or "no such image").strip())]
-    return image + _checkpoint_problems(node, facts, source_node)
+    return image + _checkpoint_problems(node, facts, source_node) + _sidecar_problems(node, facts)
+
+
+def _sidecar_problems(node, facts):
+    """A sidecar engine's checkpoint (issue #46) absent on this node: its snapshot directory, as the main one's. The
+    checkpoint role distributes dspark_model only, so the operator puts a sidecar's checkpoint there."""
+    found = []
+    for engine in facts.get("sidecars") or []:
+        if not (node.get("snapshots") or {}).get(engine["snapshot_dir"]):
+            found.append("%s: sidecar %s's model directory %s (%s@%s) is absent in dspark_hf_cache; nothing was started. "
+                         "Fix: download that revision into dspark_hf_cache on every member (huggingface-cli download %s "
+                         "--revision %s --cache-dir %s/hub), or remove the sidecar from dspark_sidecars" % (
+                             facts["host"], engine["name"], engine["snapshot_dir"], engine["model"], engine["revision"],
+                             engine["model"], engine["revision"], facts["cache_path"]))
+    return found
 
 
 def _checkpoint_problems(node, facts, source_node):

@@ -31,9 +31,13 @@ GROUP_WIDE_VARS = (
     "dspark_checkpoint_mode",
 )
 
+# Optional group facts: left out on every member is fine; set, every member must agree as on GROUP_WIDE_VARS.
+# dspark_sidecars: the group's sidecar engines (issue #46; the serve rule serve.sidecars reads them).
+OPTIONAL_GROUP_VARS = (_group_engines.VAR,)
+
 # Every dspark_ variable of the inventory contract (README "Inventory"): per node, group-wide and optional.
 NODE_VARS = ("dspark_group", "dspark_rank", "dspark_fabric_address", "dspark_fabric_interface")
-OPTIONAL_VARS = ("dspark_fabric_hca", "dspark_has_gpu", "dspark_hf_cache", "dspark_mgmt_address")
+OPTIONAL_VARS = ("dspark_fabric_hca", "dspark_has_gpu", "dspark_hf_cache", "dspark_mgmt_address") + OPTIONAL_GROUP_VARS
 CONTRACT_VARS = NODE_VARS + GROUP_WIDE_VARS + OPTIONAL_VARS
 
 # Docker reference grammar (distribution/reference), reduced to what an operator writes.
@@ -189,13 +193,18 @@ def check_ranks(name, members, findings):
                        "number the %d nodes 0..%d" % (len(members), len(members) - 1))
 
 
+def _agreed(var, value):
+    """What members must agree on: an optional group fact left out reads as its empty value (no sidecars: unset or [])."""
+    return [] if value is None and var in OPTIONAL_GROUP_VARS else value
+
+
 def group_values(name, members, findings):
-    """The group-wide values, after checking that every member sees the same one."""
+    """The group-wide values (and the optional group facts), after checking that every member sees the same one."""
     values = {}
-    for var in GROUP_WIDE_VARS:
+    for var in GROUP_WIDE_VARS + OPTIONAL_GROUP_VARS:
         seen = {}
         for node in members:
-            seen.setdefault(repr(node.get(var)), []).append(node["host"])
+            seen.setdefault(repr(_agreed(var, node.get(var))), []).append(node["host"])
         if len(seen) > 1:
             detail = "; ".join("%s on %s" % (v, ", ".join(h)) for v, h in sorted(seen.items()))
             findings.error("group %s" % name, var, "differs", "between members (%s)" % detail,

@@ -5,7 +5,8 @@ What it proves: only the API paths pass, and only with a valid key (the scheme i
 splits it); a wrong key, no key, another scheme, two spaces, a bare key, two headers are refused before the engine
 sees anything; /health and /metrics pass without a key from trusted sources only; tricky paths get 404; requests
 without a valid key are capped per source; while the engine does not listen the edge's 503 carries the header the
-readiness probe reads, while the engine's own 503 passes unmarked; the edge's files hold no key.
+readiness probe reads, while the engine's own 503 passes unmarked; the edge's files hold no key. A sidecar engine
+(issue #46) on its own API port of the same edge meets every one of those rules, and reaches its own engine alone.
 
 For the test process only (unprivileged): `chroot`, `user` and `group` are dropped, and the trusted sources become
 127.0.0.1 alone so that 127.0.0.2 plays an untrusted client (the role trusts all of 127/8).
@@ -280,8 +281,146 @@ def test_without_keys_the_edge_still_allows_only_the_api_paths(tmp_path):
         proc.wait()
 
 
+# --------------------------------------------------------------------------- a sidecar engine (issue #46)
+
+SIDECAR = "vl"
+
+
+@pytest.fixture(scope="module")
+def sidecar_edge(tmp_path_factory):
+    """The edge of a group with one sidecar: the main engine and the sidecar's each a stand-in of its own."""
+    work = tmp_path_factory.mktemp("edge-sidecar")
+    main, side = Backend(), Backend()
+    port, side_port = free_port(), free_port()
+    values = settings(work, main.port, port)
+    values["engines"] = [{"name": SIDECAR, "api_port": side_port, "engine_port": side.port, "master_port": 25100}]
+    plan = _serve_edge.plan(values)
+    proc = start(work, plan)
+    try:
+        wait_listening(port)
+        wait_listening(side_port)
+        yield side_port, side, port, main
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("authorization", ["Bearer " + KEY, "bEaReR " + OTHER_KEY])
+@pytest.mark.parametrize("path,method", [("/v1/chat/completions", "POST"), ("/v1/models", "GET")])
+def test_a_valid_key_on_the_sidecars_port_reaches_the_sidecar_alone(sidecar_edge, authorization, path, method):
+    side_port, side, port, main = sidecar_edge
+    before_side, before_main = len(side.client_requests()), len(main.client_requests())
+    status, dummy, body = ask(side_port, path, method, authorization)
+    assert status == 200, body
+    assert reached(side, before_side) == 1 and reached(main, before_main) == 0
+    assert side.client_requests()[-1]["path"] == path
+    # And the main engine's port still reaches the main engine alone.
+    assert ask(port, path, method, authorization)[0] == 200
+    assert reached(side, before_side) == 1 and reached(main, before_main) == 1
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong-key-0123456789abcdef", "Basic " + KEY, KEY,
+                                           "Bearer  " + KEY, "Bearer " + KEY[:-1]])
+def test_no_valid_key_on_the_sidecars_port_gets_401_and_reaches_no_engine(sidecar_edge, authorization):
+    side_port, side, dummy, main = sidecar_edge
+    before_side, before_main = len(side.client_requests()), len(main.client_requests())
+    status, headers, body = ask(side_port, "/v1/chat/completions", "POST", authorization, source=fresh_source())
+    assert status == 401 and headers.get("www-authenticate") == "Bearer", (status, body)
+    assert reached(side, before_side) == 0 and reached(main, before_main) == 0
+
+
+@pytest.mark.parametrize("path,method", [("/invocations", "POST"), ("/tokenize", "POST"), ("/load", "GET"),
+                                         ("/metrics", "GET"), ("/v1/models/../metrics", "GET"), ("/docs", "GET")])
+def test_every_other_route_on_the_sidecars_port_gets_404_even_with_a_valid_key(sidecar_edge, path, method):
+    side_port, side, dummy, main = sidecar_edge
+    before_side, before_main = len(side.client_requests()), len(main.client_requests())
+    status, dummy, body = ask(side_port, path, method, "Bearer " + KEY, source="127.0.0.9")
+    assert status == 404, (path, status, body)
+    assert reached(side, before_side) == 0 and reached(main, before_main) == 0
+
+
+def test_the_sidecars_health_passes_without_a_key_from_a_trusted_source_only(sidecar_edge):
+    side_port, side, dummy, main = sidecar_edge
+    before_side, before_main = len(side.client_requests()), len(main.client_requests())
+    assert ask(side_port, "/health")[0] == 200 and reached(side, before_side) == 1
+    assert side.client_requests()[-1]["path"] == "/health"
+    assert ask(side_port, "/health", source="127.0.0.4")[0] == 404
+    assert ask(side_port, "/health", "POST")[0] == 404
+    assert ask(side_port, "/v1/models", authorization="Bearer " + KEY, extra=["Authorization: Bearer x"])[0] == 400
+    assert reached(side, before_side) == 1 and reached(main, before_main) == 0
+
+
+def test_requests_without_a_valid_key_are_capped_per_source_over_every_port_of_the_edge(sidecar_edge):
+    """One count per source for the whole edge: a guessing client gets no fresh allowance on each engine's port."""
+    side_port, dummy, port, dummy2 = sidecar_edge
+    source = fresh_source()
+    statuses = [ask(port if i % 2 else side_port, "/v1/models", authorization="Bearer guess-%d" % i, source=source)[0]
+                for i in range(RATE)]
+    assert statuses == [401] * RATE, statuses
+    assert ask(side_port, "/v1/models", authorization="Bearer guess", source=source)[0] == 429
+    assert ask(port, "/v1/models", authorization="Bearer guess", source=source)[0] == 429
+    assert ask(side_port, "/v1/models", authorization="Bearer " + KEY, source=source)[0] == 200
+
+
+def test_a_sidecar_that_does_not_listen_gets_the_marked_503_and_a_router_425(tmp_path):
+    """The sidecar's engine down, the main one up: on the sidecar's port the edge's own 503 (425 to a router), on the
+    main port the main engine's answer."""
+    main = Backend()
+    port, side_port, side_engine = free_port(), free_port(), free_port()
+    values = settings(tmp_path, main.port, port)
+    values["trusted"] = [("dspark_router host r", "127.0.0.3")]
+    values["engines"] = [{"name": SIDECAR, "api_port": side_port, "engine_port": side_engine}]
+    proc = start(tmp_path, _serve_edge.plan(values))
+    try:
+        wait_listening(side_port)
+        for source, want in (("127.0.0.3", 425), ("127.0.0.1", 503), (fresh_source(), 503)):
+            status, headers, dummy = ask(side_port, "/v1/chat/completions", "POST", "Bearer " + KEY, source=source)
+            assert status == want and headers.get("x-dspark-edge") == "engine-unreachable", (source, status, headers)
+        nothing = tp_api_probe.call(tp_api_probe.build_opener(), "http://127.0.0.1:%d" % side_port, "GET", "/health", None, 5)
+        assert nothing["status"] is None and "does not listen" in nothing["error"], nothing
+        assert ask(port, "/v1/models", authorization="Bearer " + KEY)[0] == 200
+        with dead_engine(side_engine):
+            status, headers, dummy = ask(side_port, "/v1/models", "GET", "Bearer " + KEY, source="127.0.0.3")
+            assert status == 503 and "x-dspark-edge" not in headers, headers
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_without_sidecars_the_plan_is_the_one_before_them(tmp_path):
+    """engines left out, None or []: the same files (the text before sidecars is pinned in test_serve_edge_filter)."""
+    values = settings(tmp_path, 18888, 8888)
+    plain = _serve_edge.plan(values)
+    assert plain["problems"] == [] and "use_backend" not in plain["config"] and plain["config"].count("bind ") == 1
+    assert _serve_edge.plan(dict(values, engines=None)) == plain
+    assert _serve_edge.plan(dict(values, engines=[])) == plain
+
+
 @pytest.mark.parametrize("change,message", [
     ({"serve_engine_port": 8888, "api_port": 8888}, "serve_engine_port=8888 equals dspark_api_port"),
+    ({"engines": "vl"}, "dspark_sidecars='vl' is not a list of engines; fix: "),
+    ({"engines": [["vl", 8889]]}, "dspark_sidecars[0]=['vl', 8889] is not a mapping; fix: "),
+    ({"engines": [{"name": "main", "api_port": 8889}]}, "dspark_sidecars[0].name='main' is not a sidecar name; fix: "),
+    ({"engines": [{"name": "vl ssl", "api_port": 8889}]}, "dspark_sidecars[0].name='vl ssl' is not a sidecar name; fix: "),
+    ({"engines": [{"name": "vl", "api_port": 8889}, {"name": "vl", "api_port": 8890}]},
+     "dspark_sidecars[1].name='vl' is also another sidecar's; fix: "),
+    ({"engines": [{"name": "vl", "api_port": "88x9"}]}, "dspark_sidecars[0].api_port='88x9' is not a TCP port (1-65535); fix: "),
+    ({"engines": [{"name": "vl", "api_port": 8889.5}]}, "dspark_sidecars[0].api_port=8889.5 is not a TCP port (1-65535); fix: "),
+    ({"engines": [{"name": "vl"}]}, "dspark_sidecars[0].api_port=None is not a TCP port (1-65535); fix: "),
+    ({"engines": [{"name": "vl", "api_port": 8889, "engine_port": 0}]},
+     "dspark_sidecars[0].engine_port=0 is not a TCP port (1-65535); fix: "),
+    ({"engines": [{"name": "vl", "api_port": 8888}]}, "dspark_sidecars[0].api_port=8888 is also dspark_api_port"),
+    ({"engines": [{"name": "vl", "api_port": 18888}]}, "dspark_sidecars[0].api_port=18888 is also serve_engine_port"),
+    ({"engines": [{"name": "vl", "api_port": 8889, "engine_port": 18888}]},
+     "dspark_sidecars[0].engine_port=18888 is also serve_engine_port"),
+    ({"serve_engine_port": 18889, "engines": [{"name": "vl", "api_port": 8889}]},   # its default engine port: 8889 + 10000
+     "dspark_sidecars[0].engine_port=18889 is also serve_engine_port: the edge binds every API port once and sends each "
+     "engine's requests to its own loopback port; fix: give dspark_sidecars[0].engine_port a free port that no other "
+     "engine of the group uses (unset, it is api_port + 10000)"),
+    ({"engines": [{"name": "vl", "api_port": 8889, "engine_port": 8889}]},
+     "dspark_sidecars[0].engine_port=8889 is also dspark_sidecars[0].api_port"),
+    ({"engines": [{"name": "vl", "api_port": 8889}, {"name": "ocr", "api_port": 18889}]},
+     "dspark_sidecars[1].api_port=18889 is also dspark_sidecars[0].engine_port"),
     ({"serve_engine_port": 0}, "serve_engine_port=0 is not a TCP port"),
     ({"serve_edge_allowed_paths": ["/v1/models", "/v1/../metrics"]}, "serve_edge_allowed_paths holds '/v1/../metrics'"),
     ({"trusted": [("serve_edge_trusted_cidrs", "10.0.0.0/33")]}, "serve_edge_trusted_cidrs holds '10.0.0.0/33'"),

@@ -121,6 +121,13 @@ CASES = [
         ("group pair_a", "serve_lmcache_l1_size_gb", "'eight' is not a number"),
         ("group pair_a", "serve_lmcache_http_port", "8888 equals dspark_api_port"),
     ]),
+    # Sidecar engines (issue #46, serve.sidecars): a port clash, a missing revision, a misspelt key, shares over the node.
+    ("sidecar engines", BASE + ("sidecars.yml",), (), None, [
+        ("group pair_a", "dspark_sidecars[0].api_port", "8888 is also dspark_api_port"),
+        ("group pair_a", "dspark_sidecars[1]", "['api_port', 'gpu_memory_utilization', 'master_port', 'max_num_seq', 'model', 'name'] lacks revision"),
+        ("group pair_a", "dspark_sidecars[1]", "['max_num_seq'] names keys a sidecar does not have"),
+        ("group pair_a", "serve_gpu_memory_utilization", "'main 0.835 + vl 0.12 + ocr 0.1 = 1.055' with the sidecars'"),
+    ]),
     ("open API without a key", BASE + ("open_api.yml",), ("-e", "serve_allow_unauthenticated=false"), None, [
         ("group pair_a", "serve_host", "'0.0.0.0' makes the API of group pair_a listen beyond loopback"),
     ]),

@@ -184,6 +184,64 @@ def test_memory_budget_only_with_an_l1():
     assert qualify.judge_memory_budget("Nothing: 1\n", 0.9, 1024, 0)["verdict"] == "skip"
 
 
+SPARK = "MemTotal: 126976000 kB\nMemAvailable: 1024 kB\n"     # a DGX Spark: 124000 MiB (121.1 GiB)
+MAIN = ("main", 0.80, "qualify_memory_fraction")
+VL = ("vl", 0.12, "dspark_sidecars[0].gpu_memory_utilization")
+
+
+@pytest.mark.parametrize("fraction, l1_mib", [(0.835, 8192), (0.835, 16384), (0.0, 8192), (0.9, 0)])
+def test_memory_budget_of_the_main_engine_alone_is_as_before(fraction, l1_mib):
+    """#46: no sidecars (every engine's shares hold the main engine only) judges as the main engine's share did."""
+    before = qualify.judge_memory_budget(SPARK, fraction, l1_mib, 4096, "qualify_memory_fraction")
+    assert qualify.judge_memory_budget(SPARK, 0.5, l1_mib, 4096, "serve_gpu_memory_utilization",
+                                       shares=[("main", fraction, "qualify_memory_fraction")]) == before
+    assert qualify.judge_memory_budget(SPARK, fraction, l1_mib, 4096, "qualify_memory_fraction", shares=[]) == before
+
+
+@pytest.mark.parametrize("l1_mib, variable", [(0, "dspark_sidecars"), (4096, "serve_lmcache_l1_size_gb")])
+def test_memory_budget_of_two_engines_that_fit_names_both(l1_mib, variable):
+    """#46: the recipe's main engine at 0.80 beside its vision sidecar at 0.12; with no L1 judged all the same."""
+    check = qualify.judge_memory_budget(SPARK, 0.80, l1_mib, 4096, shares=[MAIN, VL])
+    assert_shape(check)
+    assert check["verdict"] == "pass" and check["variable"] == variable
+    assert check["threshold"]["engine_mib"] == 99200 + 14880
+    assert check["threshold"]["need_mib"] == 99200 + 14880 + l1_mib + 4096
+    assert check["threshold"]["shares"] == [["main", 0.80], ["vl", 0.12]]
+    assert check["message"].startswith("main 0.8 + vl 0.12 = 0.92 of MemTotal 124000 MiB (121.1 GiB) is 114080 MiB")
+    assert "main: qualify_memory_fraction, vl: dspark_sidecars[0].gpu_memory_utilization" in check["message"]
+    assert "<= MemTotal 124000 MiB" in check["message"]
+    assert ("LMCache's L1 4096 MiB (serve_lmcache_l1_size_gb)" in check["message"]) == bool(l1_mib)
+
+
+def test_memory_budget_of_two_engines_that_do_not_fit_fails_naming_both():
+    """#46: the main engine's 0.835 beside the sidecar's 0.12 and a 16 GiB L1: 134560 MiB > 124000."""
+    check = qualify.judge_memory_budget(SPARK, 0.835, 16384, 4096, shares=[("main", 0.835, "qualify_memory_fraction"), VL])
+    assert_shape(check)
+    assert check["verdict"] == "fail" and check["variable"] == "serve_lmcache_l1_size_gb"
+    assert check["threshold"]["need_mib"] == 103540 + 14880 + 16384 + 4096
+    assert check["message"].startswith("main 0.835 + vl 0.12 = 0.955 of MemTotal 124000 MiB")
+    assert "that is 138900 MiB > MemTotal 124000 MiB: the engines, LMCache's L1 and the host cannot all fit" in check["message"]
+    assert check["fix"] == ("Lower the engines' shares (main: qualify_memory_fraction, vl: "
+                            "dspark_sidecars[0].gpu_memory_utilization) so that they add up to at most 0.83, not 0.955, "
+                            "or lower serve_lmcache_l1_size_gb to at most 1")
+
+
+def test_memory_budget_of_engines_alone_that_do_not_fit():
+    """Without an L1 the engines and the host's reserve against MemTotal; a share with no variable is still named."""
+    check = qualify.judge_memory_budget(SPARK, 0.80, 0, 4096, shares=[MAIN, VL, ("ocr", 0.08)])
+    assert_shape(check)
+    assert check["verdict"] == "fail" and check["variable"] == "dspark_sidecars"
+    assert check["message"].startswith("main 0.8 + vl 0.12 + ocr 0.08 = 1 of MemTotal 124000 MiB")
+    assert "the engines and the host cannot all fit" in check["message"] and "LMCache" not in check["message"]
+    assert check["fix"].startswith("Lower the engines' shares (main: qualify_memory_fraction, vl: dspark_sidecars[0]."
+                                   "gpu_memory_utilization, ocr: its gpu_memory_utilization) so that they add up to at "
+                                   "most 0.96, not 1")
+    filled = qualify.judge_memory_budget(SPARK, 0.80, 121000, 4096, shares=[MAIN, VL])     # the L1 leaves no room
+    assert filled["fix"].startswith("Lower serve_lmcache_l1_size_gb (now 121000 MiB;") and "at most" not in filled["fix"]
+    skipped = qualify.judge_memory_budget("Nothing: 1\n", 0.80, 0, 4096, shares=[MAIN, VL])
+    assert skipped["verdict"] == "skip" and "main 0.8 + vl 0.12 = 0.92" in skipped["message"]
+
+
 def test_memory_is_not_judged_while_the_serving_engine_holds_it():
     """A serving group's re-run: its engine holds its share (unified memory), so MemAvailable is low by design; the
     site.yml gate must not fail every re-run on a serving pair for it."""

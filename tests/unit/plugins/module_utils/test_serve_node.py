@@ -265,3 +265,20 @@ def test_a_stateless_firewall_read_lists_the_table_without_its_counters(tmp_path
     plain = Runner({"list table inet dspark_router": (0, "listed\n", "")})
     sn.read_node(params(tmp_path, firewall_table="dspark_router"), plain)
     assert [c[1:] for c in plain.calls if c[0].endswith("nft")] == [["list", "table", "inet", "dspark_router"]]
+
+
+def test_read_node_lists_every_sidecar_engine_container(tmp_path):
+    """#46: every container labelled with an engine name, wanted or left over, in one docker call."""
+    (tmp_path / "docker").write_text("")
+    snapshot = tmp_path / "snap"
+    snapshot.mkdir()
+    listed = "dspark-vllm-vl\trunning\tvl\th1\ndspark-vllm-old\texited\told\t\n"
+    runner = Runner({"ps --all": (0, listed, "")})
+    result = sn.read_node(params(tmp_path, engines=True, snapshot_dirs=[str(snapshot), str(tmp_path / "none")]), runner)
+    assert result["engines"] == {"dspark-vllm-vl": {"engine": "vl", "status": "running", "config": "h1"},
+                                 "dspark-vllm-old": {"engine": "old", "status": "exited", "config": ""}}
+    assert runner.calls[0][-1] == sn.ENGINES_FORMAT and "label=" + sn.ENGINE_LABEL in runner.calls[0]
+    assert result["snapshots"] == {str(snapshot): True, str(tmp_path / "none"): False}
+    # Without the option, or when docker fails, none (never a guess).
+    assert sn.read_node(params(tmp_path), Runner({}))["engines"] == {}
+    assert sn.engine_containers(1, listed) == {}

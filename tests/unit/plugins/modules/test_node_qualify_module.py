@@ -220,3 +220,26 @@ def test_without_ip_docker_or_systemd_detect_virt(monkeypatch, capsys):
                                        "image": "reg/img:1", "time_sync_required": False})
     assert code == 0 and result["fabric"]["addressed"] is False and result["fabric"]["container"] == "lxc"
     assert result["image"]["docker"] is False and result["image"]["present"] is False
+
+
+def test_every_engines_share_in_the_memory_budget(monkeypatch, capsys):
+    """#46: memory_shares (the main engine first, then the group's sidecars) reach the budget check, each named."""
+    spark = {"/proc/meminfo": "MemTotal: 126976000 kB\nMemAvailable: 125829120 kB\nSwapTotal: 0 kB\n"}
+    shares = [{"name": "main", "share": 0.80, "variable": "qualify_memory_fraction"},
+              {"name": "vl", "share": 0.12, "variable": "dspark_sidecars[0].gpu_memory_utilization"}]
+    fake_node(monkeypatch, files=spark)
+    code, result = run_module(capsys, {"memory_fraction": 0.80, "memory_shares": shares, "lmcache_reserve_mib": 4096})
+    budget = by(result, "memory", "memory budget")
+    assert code == 0 and budget["verdict"] == "pass" and budget["variable"] == "dspark_sidecars"
+    assert budget["message"].startswith("main 0.8 + vl 0.12 = 0.92 of MemTotal 124000 MiB")
+    fake_node(monkeypatch, files=spark)
+    code, result = run_module(capsys, {"memory_fraction": 0.80, "memory_shares": shares, "lmcache_l1_mib": 16384,
+                                       "lmcache_reserve_mib": 4096})
+    budget = by(result, "memory", "memory budget")
+    assert budget["verdict"] == "fail" and "dspark_sidecars[0].gpu_memory_utilization" in budget["fix"]
+    fake_node(monkeypatch, files=spark)
+    code, result = run_module(capsys, {"memory_fraction": 0.80, "memory_shares": shares[:1]})
+    assert code == 0 and [c for c in result["checks"] if c["subject"] == "memory budget"] == []
+    fake_node(monkeypatch)
+    code, result = run_module(capsys, {"memory_shares": [{"name": "vl", "share": 1.2}]})
+    assert code == 1 and "memory_shares: vl=1.2" in result["msg"]

@@ -31,7 +31,7 @@ def test_the_recipes_vision_sidecar_reads_with_its_defaults():
     assert engines == [{
         "name": "vl", "model": "cyankiwi/Qwen3-VL-4B-Instruct-AWQ-4bit", "revision": REV, "served_model_name": "qwen3-vl-4b",
         "image": IMAGE, "api_port": 8889, "master_port": 25100, "engine_port": 18889, "gpu_memory_utilization": 0.12,
-        "max_model_len": None, "max_num_seqs": None, "trust_remote_code": False, "extra_args": [],
+        "max_model_len": None, "max_num_seqs": None, "trust_remote_code": False, "extra_args": [], "index": 0,
     }]
     assert ge.clash_problems(engines, MAIN) == []
     assert ge.budget_problem(0.80, engines) is None
@@ -128,3 +128,11 @@ def test_memory_shares_that_fill_the_node_are_refused_naming_each():
     # No sidecar: the main engine's own range is serve's rule, not this one.
     assert ge.budget_problem(0.99, []) is None
     assert ge.memory_shares("x", engines) == [("vl", 0.12), ("ocr", 0.1)]
+
+
+def test_a_clash_names_the_entry_by_its_place_in_the_list_past_one_that_is_no_mapping():
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_engines as ge
+    good = {"name": "vl", "model": "o/m", "revision": "a" * 40, "api_port": 8888, "master_port": 25100,
+            "gpu_memory_utilization": 0.1}
+    engines, dummy = ge.sidecars(["not a mapping", good])
+    assert [problem[0] for problem in ge.clash_problems(engines, {"api_port": 8888})] == ["dspark_sidecars[1].api_port"]

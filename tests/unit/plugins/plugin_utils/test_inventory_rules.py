@@ -78,6 +78,11 @@ def test_valid_pair_has_no_findings():
     ({"dspark_image": ""}, "group pair_a", "dspark_image", "is empty"),
     ({"dspark_model": "DeepSeek-V4-Flash"}, "group pair_a", "dspark_model", "not a Hugging Face model id"),
     ({"head__dspark_image": "ghcr.io/x/y:1"}, "group pair_a", "dspark_image", "differs"),
+    # An optional group fact (issue #46): set, every member must agree on it.
+    ({"head__dspark_sidecars": [{"name": "vl"}]}, "group pair_a", "dspark_sidecars", "between members ([] on worker; "
+     "[{'name': 'vl'}] on head)"),
+    ({"head__dspark_sidecars": [{"name": "vl"}], "worker__dspark_sidecars": [{"name": "ocr"}]}, "group pair_a", "dspark_sidecars",
+     "differs"),
     ({"worker__ansible_host": "192.168.100.2"}, "worker", "dspark_fabric_address", "equals the management address (ansible_host"),
     ({"head__dspark_mgmt_address": "192.168.100.1"}, "head", "dspark_fabric_address", "equals the management address (dspark_mgmt"),
     ({"dspark_fabric_hca": ["rocep1s0f1"]}, "group pair_a", "dspark_fabric_hca", "not in NCCL_IB_HCA syntax"),
@@ -107,6 +112,26 @@ def test_broken_inventory_is_reported_by_name(overrides, where, var, value_text)
     matching = [e for e in findings.errors if e.startswith(where + ": " + var) and value_text in e]
     assert matching, "expected an error about %s (%s) at %s, got %r" % (var, value_text, where, findings.errors)
     assert all("Fix: " in e for e in findings.errors)
+
+
+@pytest.mark.parametrize("overrides", [
+    {},                                                                    # unset on every member: no sidecars
+    {"dspark_sidecars": None},
+    {"dspark_sidecars": []},
+    {"head__dspark_sidecars": []},                                         # [] and unset both say: no sidecars
+    {"dspark_sidecars": [{"name": "vl"}]},                                 # the same everywhere (serve.sidecars reads it)
+])
+def test_members_agreeing_on_the_sidecars_pass(overrides):
+    findings, dummy = run(*pair(**overrides))
+    assert findings.errors == []
+
+
+def test_the_sidecars_are_an_optional_group_fact():
+    """In the contract (preflight's unknown-variable check accepts it), agreed on like the group-wide values, but not one
+    of them: a group without sidecars leaves it out, and GROUP_WIDE_VARS' other readers are unchanged."""
+    assert "dspark_sidecars" in rules.OPTIONAL_VARS and "dspark_sidecars" in rules.CONTRACT_VARS
+    assert "dspark_sidecars" not in rules.GROUP_WIDE_VARS
+    assert len(rules.CONTRACT_VARS) == len(set(rules.CONTRACT_VARS))
 
 
 def test_missing_worker_is_reported():

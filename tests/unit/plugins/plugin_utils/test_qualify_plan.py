@@ -5,6 +5,7 @@ import base64
 import json
 import os
 
+import pytest
 import yaml
 
 from ansible_collections.dspark.cluster.plugins.module_utils import qualify
@@ -63,6 +64,58 @@ def test_the_lmcache_l1_needs_dev_shm_beside_vllms_segment():
     check = qualify.judge_disk(dict(shm, need_bytes=GIB), {"f_bavail": 1, "f_frsize": 4096, "f_favail": 9, "f_files": 9})
     assert check["verdict"] == "fail" and check["message"].startswith("/dev/shm (LMCache's L1")
     assert check["fix"].startswith("Lower serve_lmcache_l1_size_gb") and check["variable"] == "serve_lmcache_l1_size_gb"
+
+
+REV = "0123456789abcdef0123456789abcdef01234567"
+VL = {"name": "vl", "model": "cyankiwi/Qwen3-VL-4B-Instruct-AWQ-4bit", "revision": REV, "api_port": 8889,
+      "master_port": 25100, "gpu_memory_utilization": 0.12}
+SPARK = "MemTotal: 126976000 kB\nMemAvailable: 1024 kB\n"     # 124000 MiB
+
+
+def judged(shares, l1_mib=0):
+    """The memory budget node_qualify judges from the plan's memory_shares (as the module hands them over)."""
+    return qualify.judge_memory_budget(SPARK, 0.5, l1_mib, 4096, "qualify_memory_fraction",
+                                       shares=[(s["name"], s["share"], s["variable"]) for s in shares])
+
+
+@pytest.mark.parametrize("sidecars", [None, []])
+def test_memory_shares_without_sidecars_are_the_main_engines_alone(sidecars):
+    """#46: no sidecars: the main engine's share only, and the budget judged exactly as before (an L1, or nothing)."""
+    shares = plan.memory_shares({"qualify_memory_fraction": "0.835", "sidecars": sidecars})
+    assert shares == [{"name": "main", "share": 0.835, "variable": "qualify_memory_fraction"}]
+    assert judged(shares) is None
+    assert judged(shares, 8192) == qualify.judge_memory_budget(SPARK, 0.835, 8192, 4096, "qualify_memory_fraction")
+
+
+def test_memory_shares_name_every_engine_of_the_group():
+    """#46: the recipe's main engine at 0.80 and its vision sidecar at 0.12 fit; a second sidecar at 0.1 does not."""
+    shares = plan.memory_shares({"qualify_memory_fraction": 0.80, "sidecars": [VL]})
+    assert shares == [{"name": "main", "share": 0.80, "variable": "qualify_memory_fraction"},
+                      {"name": "vl", "share": 0.12, "variable": "dspark_sidecars[0].gpu_memory_utilization"}]
+    fits = judged(shares)
+    assert fits["verdict"] == "pass" and fits["message"].startswith("main 0.8 + vl 0.12 = 0.92 of MemTotal 124000 MiB")
+    ocr = dict(VL, name="ocr", api_port=8890, master_port=25200, gpu_memory_utilization=0.1)
+    too_much = judged(plan.memory_shares({"qualify_memory_fraction": 0.80, "sidecars": [VL, ocr]}))
+    assert too_much["verdict"] == "fail" and too_much["message"].startswith("main 0.8 + vl 0.12 + ocr 0.1 = 1.02 of")
+    assert "vl: dspark_sidecars[0].gpu_memory_utilization, ocr: dspark_sidecars[1].gpu_memory_utilization" in too_much["fix"]
+
+
+@pytest.mark.parametrize("sidecars, expected", [
+    ("vl", []),                                                                  # not a list
+    ([VL, "ocr"], [("vl", 0.12, 0)]),                                            # not a mapping: left out
+    (["ocr", VL], [("vl", 0.12, 1)]),                                            # the variable keeps its index
+    ([dict(VL, gpu_memory_utilization=12)], []),                                 # outside 0 < x < 1
+    ([dict(VL, gpu_memory_utilization="0.12")], [("vl", 0.12, 0)]),
+    ([dict(VL, gpu_memory_utilization=True)], []),
+    ([{"gpu_memory_utilization": 0.1}], [("dspark_sidecars[0]", 0.1, 0)]),       # no name: its place names it
+    ([dict(VL, name=["vl"], model=7, revision=None, extra_args="x", api_port="y")], [("dspark_sidecars[0]", 0.12, 0)]),
+])
+def test_memory_shares_of_a_refused_sidecar_list_are_those_it_could_read(sidecars, expected):
+    """A list _group_engines refuses is preflight's to name; the plan gives the shares it could read and never fails."""
+    shares = plan.memory_shares({"qualify_memory_fraction": 0.80, "sidecars": sidecars})
+    assert shares[0] == {"name": "main", "share": 0.80, "variable": "qualify_memory_fraction"}
+    assert [(s["name"], s["share"], s["variable"]) for s in shares[1:]] == [
+        (name, share, "dspark_sidecars[%d].gpu_memory_utilization" % index) for name, share, index in expected]
 
 
 def test_links_add_the_second_fabric_interface():
@@ -347,3 +400,12 @@ def test_each_part_reads_the_role_variables_it_declares_by_their_names():
     assert plan.bandwidth_plan({"rank": 0, "qualify_bandwidth_port": 20000, "port": {"device": "d", "ib_port": 1},
                                 "peers": {"w": {"address": "10.0.0.2", "rank": 1, "port": {"device": "e"}}}}
                                )["send"][0]["tcp_port"] == 20001
+
+
+def test_no_sidecar_share_counts_on_a_node_without_a_gpu():
+    """qualify_memory_fraction 0 (no GPU): the CPU build's KV cache is VLLM_CPU_KVCACHE_SPACE, no share sizes memory."""
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _qualify_plan
+    vl = {"name": "vl", "model": "o/m", "revision": "a" * 40, "api_port": 8889, "master_port": 25100,
+          "gpu_memory_utilization": 0.1}
+    assert [s["name"] for s in _qualify_plan.memory_shares({"qualify_memory_fraction": 0, "sidecars": [vl]})] == ["main"]
+    assert [s["name"] for s in _qualify_plan.memory_shares({"qualify_memory_fraction": 0.8, "sidecars": [vl]})] == ["main", "vl"]

@@ -35,6 +35,10 @@ ROUTER = "r"
 # A router in front of the pair (its valid defaults): "r__var" overrides set its variables.
 WITH_ROUTER = {"r__router_port": 8080}
 DOWNLOAD = {"checkpoint_download": True}
+# A sidecar engine (issue #46) on the main engine's API port (its engine port given: that one clashes on its own).
+SIDECAR_ON_API = {"dspark_sidecars": [{"name": "vl", "model": "cyankiwi/Qwen3-VL-4B-Instruct-AWQ-4bit",
+                                       "revision": "0123456789abcdef0123456789abcdef01234567", "api_port": 8888,
+                                       "engine_port": 18889, "master_port": 25100, "gpu_memory_utilization": 0.12}]}
 
 
 def make_action():
@@ -151,6 +155,7 @@ BREAKS = {
                                    "serve_lmcache_port", "5555 is 5555 on the head a-head but 5600 on a-worker"),
     "serve.lmcache_one_connector": ({"serve_lmcache": True, "serve_extra_args": ["--kv_transfer_config={}"]}, "group pair_a",
                                     "serve_extra_args", "'<holds --kv-transfer-config>' sets a KV connector"),
+    "serve.sidecars": (SIDECAR_ON_API, "group pair_a", "dspark_sidecars[0].api_port", "8888 is also dspark_api_port"),
     "serve.mount_paths": ({"serve_config_dir": "/etc/dspark:/etc"}, "group pair_a", "serve_config_dir",
                           "'/etc/dspark:/etc' is not an absolute path without colons"),
     "serve.hf_cache_path": ({"dspark_hf_cache": "/var/lib/hf cache"}, "group pair_a", "dspark_hf_cache",

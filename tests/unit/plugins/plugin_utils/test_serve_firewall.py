@@ -126,3 +126,107 @@ def test_nft_accepts_the_ruleset_and_a_second_apply_changes_nothing(tmp_path):
     assert "table inet operator" in run.stdout   # the operator's own table is untouched
     assert (tmp_path / "1").read_text() == (tmp_path / "2").read_text()
     assert "ip daddr 10.77.77.1 drop" in (tmp_path / "1").read_text()
+
+
+# --------------------------------------------------------------------------- sidecar engines (issue #46)
+
+VL = {"name": "vl", "api_port": 8889, "master_port": 25100}
+FABRIC = {"dspark_fabric_interface": "enp1s0f1np1"}
+# The ruleset of this input as the module wrote it before sidecars existed (git 2524433): a changed text replaces the
+# table on every node of every group, so without sidecars it must stay this one.
+BEFORE_SIDECARS = "be8f15cc4763dc8db4ef5a2ca8bebeda07fdd7b80edd169d5eb30566b08e2d10"
+
+
+def test_without_sidecars_the_ruleset_is_the_one_before_them():
+    args = (model(), ["10.0.0.0/24", "2001:db8::/64"], [22], ["10.0.0.9"])
+    plans = [fw.plan(*args, fabric_interfaces=FABRIC, local_ports=[9090], **extra)
+             for extra in ({}, {"engine_ports": None}, {"engine_ports": []})]
+    assert plans[0]["digest"] == BEFORE_SIDECARS
+    assert plans[1] == plans[0] and plans[2] == plans[0]
+    assert plans[0]["ports"]["sidecars"] == []
+
+
+def test_a_sidecar_is_ruled_as_the_main_engine_on_its_own_ports():
+    """Its API port from the API's sources, dropped for anyone else; its rendezvous port from the fabric peers only
+    (accepted above on every port). Other keys of a sidecar (the inventory's dspark_sidecars) are ignored."""
+    plan = fw.plan(model(), ["10.0.0.0/24"], engine_ports=[dict(VL, model="cyankiwi/Qwen3-VL-4B-Instruct-AWQ-4bit")])
+    assert plan["problems"] == []
+    assert plan["ports"]["sidecars"] == [VL]
+    assert rules(plan["ruleset"]) == [
+        'iif "lo" accept',
+        "ct state established,related accept",
+        "tcp dport { 22 } accept",
+        "ip saddr @fabric_peers accept",
+        "tcp dport 8888 ip saddr @api_allowed_v4 accept",
+        "tcp dport 8888 ip6 saddr @api_allowed_v6 accept",
+        "tcp dport { 8888, 25000 } drop",
+        "tcp dport 8889 ip saddr @api_allowed_v4 accept",
+        "tcp dport 8889 ip6 saddr @api_allowed_v6 accept",
+        "tcp dport { 8889, 25100 } drop",
+        "ip daddr 10.77.77.1 drop",
+    ]
+    text = plan["ruleset"]
+    assert '\t\ttcp dport 8889 ip saddr @api_allowed_v4 accept comment "sidecar vl: API from serve_api_allowed_cidrs"\n' in text
+    assert '\t\ttcp dport { 8889, 25100 } drop comment "sidecar vl: API and rendezvous from anyone else"\n' in text
+    assert plan["digest"] != fw.plan(model(), ["10.0.0.0/24"])["digest"]
+
+
+def test_two_sidecars_each_get_their_rules_in_their_order():
+    ocr = {"name": "ocr-2", "api_port": "8890", "master_port": 24000}
+    found = rules(fw.plan(model(), engine_ports=[VL, ocr])["ruleset"])
+    assert found[found.index("tcp dport { 8889, 25100 } drop") + 1:-1] == [
+        "tcp dport 8890 ip saddr @api_allowed_v4 accept",
+        "tcp dport 8890 ip6 saddr @api_allowed_v6 accept",
+        "tcp dport { 8890, 24000 } drop",
+    ]
+
+
+@pytest.mark.parametrize("engine_ports, expected", [
+    ("vl", "group pair_a: dspark_sidecars='vl' is not a list of sidecars"),
+    ([["vl", 8889]], "group pair_a: dspark_sidecars[0]=['vl', 8889] is not a mapping"),
+    ([dict(VL, name="main")], "group pair_a: dspark_sidecars[0].name='main' is not a sidecar name"),
+    ([dict(VL, name='vl" accept')], "group pair_a: dspark_sidecars[0].name='vl\" accept' is not a sidecar name"),
+    ([dict(VL, name=None)], "group pair_a: dspark_sidecars[0].name=None is not a sidecar name"),
+    ([VL, dict(VL, api_port=8890, master_port=25200)], "group pair_a: dspark_sidecars[1].name='vl' is also another sidecar's"),
+    ([dict(VL, api_port="88x9")], "group pair_a: dspark_sidecars[0].api_port='88x9' is not a TCP port"),
+    ([dict(VL, master_port=25100.5)], "group pair_a: dspark_sidecars[0].master_port=25100.5 is not a TCP port"),
+    ([dict(VL, api_port=True)], "group pair_a: dspark_sidecars[0].api_port=True is not a TCP port"),
+    ([{"name": "vl", "api_port": 8889}], "group pair_a: dspark_sidecars[0].master_port=None is not a TCP port"),
+    ([dict(VL, api_port=8888)], "group pair_a: dspark_sidecars[0].api_port=8888 is also dspark_api_port"),
+    ([dict(VL, api_port=25000)], "group pair_a: dspark_sidecars[0].api_port=25000 is also dspark_master_port"),
+    ([dict(VL, master_port=22)], "group pair_a: dspark_sidecars[0].master_port=22 is also serve_firewall_ssh_ports"),
+    ([dict(VL, api_port=9090)], "group pair_a: dspark_sidecars[0].api_port=9090 is also serve_lmcache ports"),
+    ([dict(VL, master_port=8889)], "group pair_a: dspark_sidecars[0].master_port=8889 is also dspark_sidecars[0].api_port"),
+    ([VL, {"name": "ocr", "api_port": 8890, "master_port": 8889}],
+     "group pair_a: dspark_sidecars[1].master_port=8889 is also dspark_sidecars[0].api_port"),
+])
+def test_a_bad_sidecar_gives_no_ruleset_and_names_the_fix(engine_ports, expected):
+    plan = fw.plan(model(), local_ports=[9090], engine_ports=engine_ports)
+    assert plan["ruleset"] == "" and plan["digest"] == ""
+    assert any(p.startswith(expected) and "Fix: " in p for p in plan["problems"]), plan["problems"]
+
+
+def test_the_sidecar_name_rule_is_the_group_engines_one():
+    """The name becomes part of a comment in the table: the rule is _group_engines' (copied: that module brings PyYAML)."""
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_engines
+    assert (fw.SIDECAR_NAME_RE.pattern, fw.MAIN_ENGINE, fw.SIDECARS_VAR) == (
+        _group_engines.NAME_RE.pattern, _group_engines.MAIN, _group_engines.VAR)
+
+
+def test_the_filter_passes_the_sidecars_on():
+    seen = FilterModule().filters()["serve_firewall"](model(), ["10.1.0.0/16"], [22], [], FABRIC, [], [VL])
+    assert seen["problems"] == [] and "tcp dport { 8889, 25100 } drop" in rules(seen["ruleset"])
+    assert FilterModule().filters()["serve_firewall"](model(), ["10.1.0.0/16"], [22], [], FABRIC)["ports"]["sidecars"] == []
+
+
+@pytest.mark.skipif(not shutil.which("unshare") or not shutil.which("nft"), reason="needs unshare and nft")
+def test_nft_accepts_a_ruleset_with_sidecars(tmp_path):
+    path = tmp_path / "fw.nft"
+    path.write_text(fw.plan(model(), ["10.0.0.0/24", "2001:db8::/64"], routers=["10.0.0.9"], fabric_interfaces=FABRIC,
+                            engine_ports=[VL, {"name": "ocr", "api_port": 8890, "master_port": 25200}])["ruleset"])
+    run = subprocess.run(["unshare", "-rn", "sh", "-c", "nft -c -f %s && nft -f %s && nft list table inet dspark_serve" % (path, path)],
+                         capture_output=True, text=True, check=False)
+    if run.returncode and "Operation not permitted" in run.stderr:
+        pytest.skip("no unprivileged network namespaces here: %s" % run.stderr.strip())
+    assert run.returncode == 0, run.stderr
+    assert 'tcp dport 8890 ip saddr @api_allowed_v4 accept comment "sidecar ocr: API from serve_api_allowed_cidrs"' in run.stdout

@@ -118,3 +118,14 @@ def test_an_absent_image_comes_first_and_the_checkpoint_is_still_judged():
 @pytest.mark.parametrize("read", [{"docker": True, "image": {"id": "sha256:" + DIGEST}}, {"docker": False, "image": {}}, {}])
 def test_the_image_is_judged_only_where_docker_answered(read):
     assert _serve_guard.problems(node(**read), facts(), {"stamp": STAMP}) == []
+
+
+def test_a_sidecar_checkpoint_absent_on_a_rank_keeps_the_group_from_starting():
+    """#46: every sidecar's snapshot directory must be on every member, as the main one's."""
+    vl = {"name": "vl", "model": "org/vl", "revision": "c" * 40, "snapshot_dir": "/var/lib/dspark/hf/hub/models--org--vl/snapshots/" + "c" * 40}
+    here = node(snapshots={vl["snapshot_dir"]: True})
+    assert _serve_guard.problems(here, facts(sidecars=[vl]), {"stamp": STAMP}) == []
+    found = _serve_guard.problems(node(snapshots={vl["snapshot_dir"]: False}), facts(sidecars=[vl]), {"stamp": STAMP})
+    expected = "a-head: sidecar vl's model directory %s (org/vl@%s) is absent" % (vl["snapshot_dir"], "c" * 40)
+    assert len(found) == 1 and found[0].startswith(expected)
+    assert "huggingface-cli download org/vl --revision %s --cache-dir /var/lib/dspark/hf/hub" % ("c" * 40) in found[0]
