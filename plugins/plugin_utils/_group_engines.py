@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs, _rules_checkpoint
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs
 
 VAR = "dspark_sidecars"
 MAIN = "main"
@@ -78,6 +78,8 @@ def _sidecar(entry, index, image, problems):
         problems.append((_field(index, "model"), model, "is not a Hugging Face model id",
                          "write it as organisation/name, e.g. cyankiwi/Qwen3-VL-4B-Instruct-AWQ-4bit"))
     revision = entry.get("revision")
+    # Imported here: the module stays stdlib-only at import, so that the edge and the firewall read its constants.
+    from ansible_collections.dspark.cluster.plugins.plugin_utils import _rules_checkpoint
     found = _rules_checkpoint.revision_problem(revision, model) if "revision" in entry else None
     if found:
         problems.append((_field(index, "revision"), revision) + found)

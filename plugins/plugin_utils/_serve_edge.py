@@ -36,7 +36,7 @@ import ipaddress
 import json
 import re
 
-from ansible_collections.dspark.cluster.plugins.plugin_utils import _inputs, _router_plan
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_engines, _inputs, _router_plan
 
 UNIT = "dspark-edge.service"
 # The readiness probe (module_utils/tp_api_probe.py) reads this header on a 503 as "the engine does not listen".
@@ -56,12 +56,11 @@ VARIABLES = (
     "serve_edge_unauthenticated_rate", "serve_edge_maxconn", "serve_edge_timeout_client", "serve_edge_timeout_server",
 )
 # A group's sidecars (issue #46) as _group_engines reads them: the list's variable, a sidecar's name (it becomes part of
-# a backend's name here) and its engine port's default. Not imported from there: that module brings the checkpoint
-# rules and PyYAML into the edge (tests check that both say the same).
-SIDECARS_VAR = "dspark_sidecars"
-SIDECAR_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,14}[a-z0-9])?$")
-MAIN_ENGINE = "main"
-ENGINE_PORT_OFFSET = 10000
+# a backend's name here) and its engine port's default.
+SIDECARS_VAR = _group_engines.VAR
+SIDECAR_NAME_RE = _group_engines.NAME_RE
+MAIN_ENGINE = _group_engines.MAIN
+ENGINE_PORT_OFFSET = _group_engines.ENGINE_PORT_OFFSET
 _NUMBERS = ("serve_edge_unauthenticated_rate", "serve_edge_maxconn", "serve_edge_timeout_client",
             "serve_edge_timeout_server")
 

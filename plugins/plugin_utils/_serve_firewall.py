@@ -34,6 +34,8 @@ import hashlib
 import ipaddress
 import re
 
+from ansible_collections.dspark.cluster.plugins.plugin_utils import _group_engines
+
 TABLE = "dspark_serve"
 LOOPBACK = ("127.0.0.0/8", "::1/128")
 # Linux interface names as the fabric role accepts them (plugin_utils/_fabric_plan.IFNAME_RE); nft quotes them.
@@ -41,11 +43,10 @@ IFNAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 # The variables that name a node's fabric interfaces, in the order the table lists them.
 FABRIC_INTERFACE_VARS = ("dspark_fabric_interface", "fabric_secondary_interface")
 # A group's sidecars (issue #46) as _group_engines reads them: the list's variable and a sidecar's name (it becomes part
-# of a rule's comment here). Not imported from there: that module brings the checkpoint rules and PyYAML (tests check
-# that both say the same).
-SIDECARS_VAR = "dspark_sidecars"
-SIDECAR_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,14}[a-z0-9])?$")
-MAIN_ENGINE = "main"
+# of a rule's comment here).
+SIDECARS_VAR = _group_engines.VAR
+SIDECAR_NAME_RE = _group_engines.NAME_RE
+MAIN_ENGINE = _group_engines.MAIN
 
 
 def _networks(values, var, problems):
